@@ -1,0 +1,1 @@
+"""CLI commands: each module adapts argv to the service and prints results."""
