@@ -1,0 +1,97 @@
+"""``railyard plan``: where would these gangs go, and if nowhere, why? Offline, no cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.adapters.kubeobjects import GPU_RESOURCE
+from extender.service import WhatIf
+
+
+class InputError(Exception):
+    """One line naming the file and the problem."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="offline what-if: plan pending gangs against a node list",
+        description="Plan pending gangs against nodes and running pods read from files "
+        "(Kubernetes Lists in JSON or YAML, as `kubectl get ... -o json` prints them).",
+    )
+    p.add_argument("--nodes", required=True, help="Nodes (a List or NodeList)")
+    p.add_argument("--pods", help="pods already on nodes; their GPUs are in use")
+    p.add_argument("--gang", required=True, metavar="PENDING",
+                   help="pods to place (and optional PodGroups); gangs are planned in order of first appearance")
+    p.add_argument("--levels", help="topology label keys, broadest first (default: detected from node labels)")
+    p.add_argument("--gpu-resource", default=GPU_RESOURCE, help=f"extended resource name (default {GPU_RESOURCE})")
+    p.add_argument("--verbose", action="store_true", help="also print topology problems on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        nodes = _objects(args.nodes, {"Node"})
+        pods = _objects(args.pods, {"Pod", "PodGroup"}) if args.pods else []
+        pending = _objects(args.gang, {"Pod", "PodGroup"})
+        if not nodes:
+            raise InputError(f"{args.nodes}: no Node objects")
+    except InputError as exc:
+        print(f"railyard plan: {exc}", file=sys.stderr)
+        return 2
+    levels = [k for k in args.levels.split(",") if k.strip()] if args.levels else None
+    podgroups = [o for o in pods + pending if o.get("kind") == "PodGroup"]
+    whatif = WhatIf.load(nodes, [o for o in pods if o.get("kind") != "PodGroup"], podgroups,
+                         levels, args.gpu_resource)
+    answers = whatif.plan_pending(o for o in pending if o.get("kind") != "PodGroup")
+    out = {
+        "gangs": [a.to_json() for a in answers],
+        "topology": {
+            "levels": [lvl.key for lvl in whatif.state.levels],
+            "problems": whatif.problems,
+        },
+    }
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    if args.verbose:
+        for problem in whatif.problems:
+            print(f"railyard plan: {problem}", file=sys.stderr)
+    return 0
+
+
+def _objects(path: str, kinds: set[str]) -> list[dict[str, Any]]:
+    """Objects of the given kinds from a List, a typed list, a single object or YAML documents."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        docs = [json.loads(text)] if text.lstrip().startswith(("{", "[")) else list(yaml.safe_load_all(text))
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0]
+        raise InputError(f"{path}: not valid JSON or YAML: {first}") from None
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc is None:
+            continue
+        items = doc if isinstance(doc, list) else doc.get("items") if isinstance(doc, dict) and "items" in doc else [doc]
+        if not isinstance(items, list):
+            raise InputError(f"{path}: 'items' is not a list")
+        default_kind = doc.get("kind", "").removesuffix("List") if isinstance(doc, dict) else ""
+        for i, obj in enumerate(items):
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}: item {i} is not an object")
+            kind = obj.get("kind") or default_kind
+            if kind not in kinds:
+                raise InputError(f"{path}: item {i} has kind {kind or '(none)'!r}, expected {' or '.join(sorted(kinds))}")
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise InputError(f"{path}: item {i} ({kind}) has no metadata.name")
+            out.append({**obj, "kind": kind})
+    return out

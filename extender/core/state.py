@@ -1,0 +1,259 @@
+"""Counters over the static tree: free GPUs per node, node blocks, and gang reservations.
+
+One pod or node change updates a counter in O(1); only a change to the node set or to a node's
+topology path starts a new ``Topology`` generation (built lazily, on the next read).
+
+free[i] = allocatable - requests of pods on the node that are not Succeeded/Failed
+          - GPUs reserved for planned gangs on the node
+
+Not thread-safe: the service serialises access.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from extender.core.model import Level, NodeFacts, PodUsage, Taint
+from extender.core.topology import Topology
+
+CORDONED = "cordoned"
+NOT_READY = "not ready"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One member's place in a gang's reservation."""
+
+    member: str
+    node: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    gang: str
+    slots: tuple[Slot, ...]
+    deadline: float
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.slots)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the planner reads. ``free`` is shared with the state: treat as read-only."""
+
+    topology: Topology
+    free: list[int]
+    blocked: list[str | None]
+    """Per node index: why the node takes no placements (cordoned, not ready), or None."""
+    taints: Mapping[int, tuple[Taint, ...]]
+    """Nodes with NoSchedule/NoExecute taints."""
+    reserved: list[int]
+    """GPUs reserved for gangs, per node index (already subtracted from ``free``)."""
+    by_free: Mapping[int, set[int]]
+    """Unblocked node indexes grouped by free GPUs, for best-fit single-pod placement."""
+
+
+class ClusterState:
+    def __init__(self, levels: Iterable[Level] = ()):
+        self._levels: tuple[Level, ...] = tuple(levels)
+        self._nodes: dict[str, NodeFacts] = {}
+        self._pods: dict[str, PodUsage] = {}
+        self._used: dict[str, int] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._reserved_by_member: dict[str, tuple[str, Slot]] = {}
+        self._reserved: dict[str, int] = {}
+        self._topology: Topology | None = None
+        self.generation = 0
+        # Per-generation counter arrays, valid when self._topology is not None.
+        self._free: list[int] = []
+        self._blocked: list[str | None] = []
+        self._taints: dict[int, tuple[Taint, ...]] = {}
+        self._reserved_arr: list[int] = []
+        self._by_free: dict[int, set[int]] = {}
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    @property
+    def levels(self) -> tuple[Level, ...]:
+        return self._levels
+
+    def set_levels(self, levels: Iterable[Level], nodes: Iterable[NodeFacts]) -> None:
+        """Replace the level list and every node (their paths depend on the levels)."""
+        self._levels = tuple(levels)
+        self._nodes = {n.name: n for n in nodes}
+        self._topology = None
+
+    def upsert_node(self, node: NodeFacts) -> None:
+        old = self._nodes.get(node.name)
+        self._nodes[node.name] = node
+        if old is None or old.path != node.path or self._topology is None:
+            self._topology = None  # new generation
+            return
+        i = self._topology.index[node.name]
+        self._refresh_node(i, node)
+
+    def delete_node(self, name: str) -> None:
+        if self._nodes.pop(name, None) is not None:
+            self._topology = None
+
+    def node(self, name: str) -> NodeFacts | None:
+        return self._nodes.get(name)
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def upsert_pod(self, usage: PodUsage, member_key: str | None = None) -> None:
+        """Record a pod holding GPUs. If it fills a reserved slot, the slot is consumed."""
+        old = self._pods.get(usage.uid)
+        if old == usage:
+            return
+        if old is not None:
+            self._add_used(old.node, -old.gpus)
+        self._pods[usage.uid] = usage
+        self._add_used(usage.node, usage.gpus)
+        if member_key is not None:
+            held = self._reserved_by_member.get(member_key)
+            if held is not None and held[1].node == usage.node:
+                self._drop_slot(member_key)
+
+    def delete_pod(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        if old is not None:
+            self._add_used(old.node, -old.gpus)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def used(self, node: str) -> int:
+        return self._used.get(node, 0)
+
+    # -- reservations -----------------------------------------------------------------------
+
+    def reserve(self, reservation: Reservation) -> None:
+        if reservation.gang in self._reservations:
+            raise ValueError(f"gang {reservation.gang} already holds a reservation")
+        self._reservations[reservation.gang] = reservation
+        for slot in reservation.slots:
+            self._reserved_by_member[slot.member] = (reservation.gang, slot)
+            self._add_reserved(slot.node, slot.gpus)
+
+    def release(self, gang: str) -> Reservation | None:
+        """Give back every GPU still held for the gang."""
+        res = self._reservations.pop(gang, None)
+        if res is None:
+            return None
+        for slot in res.slots:
+            if self._reserved_by_member.get(slot.member, (None,))[0] == gang:
+                del self._reserved_by_member[slot.member]
+                self._add_reserved(slot.node, -slot.gpus)
+        return res
+
+    def reservation(self, gang: str) -> Reservation | None:
+        return self._reservations.get(gang)
+
+    def reservations(self) -> Mapping[str, Reservation]:
+        return self._reservations
+
+    def slot_of(self, member_key: str) -> Slot | None:
+        held = self._reserved_by_member.get(member_key)
+        return held[1] if held else None
+
+    def expired(self, now: float) -> list[str]:
+        return [g for g, r in self._reservations.items() if r.deadline <= now]
+
+    def _drop_slot(self, member_key: str) -> None:
+        gang, slot = self._reserved_by_member.pop(member_key)
+        self._add_reserved(slot.node, -slot.gpus)
+        res = self._reservations[gang]
+        rest = tuple(s for s in res.slots if s.member != member_key)
+        if rest:
+            self._reservations[gang] = Reservation(gang, rest, res.deadline)
+        else:
+            del self._reservations[gang]
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    @property
+    def topology(self) -> Topology:
+        if self._topology is None:
+            self._rebuild()
+        assert self._topology is not None
+        return self._topology
+
+    def snapshot(self) -> Snapshot:
+        topo = self.topology
+        return Snapshot(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free)
+
+    def free(self, node: str) -> int:
+        n = self._nodes.get(node)
+        if n is None:
+            return 0
+        return n.gpus - self._used.get(node, 0) - self._reserved.get(node, 0)
+
+    def _rebuild(self) -> None:
+        topo = Topology(self._levels, list(self._nodes.values()))
+        self._topology = topo
+        self.generation += 1
+        size = len(topo.names)
+        self._free = [0] * size
+        self._blocked = [None] * size
+        self._reserved_arr = [0] * size
+        self._taints = {}
+        self._by_free = {}
+        for i, node in enumerate(topo.nodes):
+            self._reserved_arr[i] = self._reserved.get(node.name, 0)
+            self._refresh_node(i, self._nodes[node.name])
+
+    def _refresh_node(self, i: int, node: NodeFacts) -> None:
+        blocked = CORDONED if node.unschedulable else NOT_READY if not node.ready else None
+        taints = tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
+        if taints:
+            self._taints[i] = taints
+        else:
+            self._taints.pop(i, None)
+        self._index_out(i)
+        self._blocked[i] = blocked
+        self._free[i] = node.gpus - self._used.get(node.name, 0) - self._reserved.get(node.name, 0)
+        self._index_in(i)
+
+    def _add_used(self, node: str, delta: int) -> None:
+        self._used[node] = self._used.get(node, 0) + delta
+        if not self._used[node]:
+            del self._used[node]
+        self._shift_free(node, -delta)
+
+    def _add_reserved(self, node: str, delta: int) -> None:
+        self._reserved[node] = self._reserved.get(node, 0) + delta
+        if not self._reserved[node]:
+            del self._reserved[node]
+        if self._topology is not None and node in self._topology.index:
+            self._reserved_arr[self._topology.index[node]] += delta
+        self._shift_free(node, -delta)
+
+    def _shift_free(self, node: str, delta: int) -> None:
+        if self._topology is None:
+            return
+        i = self._topology.index.get(node)
+        if i is None:
+            return
+        self._index_out(i)
+        self._free[i] += delta
+        self._index_in(i)
+
+    def _index_out(self, i: int) -> None:
+        if self._blocked[i] is None:
+            bucket = self._by_free.get(self._free[i])
+            if bucket is not None:
+                bucket.discard(i)
+
+    def _index_in(self, i: int) -> None:
+        if self._blocked[i] is None and self._free[i] > 0:
+            self._by_free.setdefault(self._free[i], set()).add(i)
