@@ -1,0 +1,328 @@
+"""Build (once per machine and version) the control-plane binaries from the Go module proxy.
+
+The versions are pinned in exactly one place: the ``require`` lines of the helper modules
+under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``). ``go install pkg@version``
+cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
+directives; a helper module that requires them (and pins the Kubernetes staging modules to
+their published tags) can. See KUBE-FACTS.md section 3.
+
+Binaries land in ``$RAILYARD_CACHE/<component>-<version>/`` (default
+``~/.cache/railyard/bin``), outside the repository, and are reused when present. A cold build
+of Kubernetes takes many minutes on 2 cores, so progress goes to stderr as it compiles.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from extender.localcluster.errors import ClusterError
+
+#: Where the helper Go modules live: ``tools/`` at the root of a source checkout.
+TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools"
+
+#: Markers in ``go`` output that mean "the modules could not be fetched", not "the code is bad".
+_PROXY_ERRORS = (
+    "dial tcp",
+    "proxyconnect",
+    "no such host",
+    "connection refused",
+    "i/o timeout",
+    "TLS handshake timeout",
+    "404 Not Found",
+    "410 Gone",
+    "module lookup disabled",
+    "GOPROXY=off",
+    "GOFLAGS=-mod=vendor",
+)
+
+
+class BuildError(ClusterError):
+    """A binary could not be had; the message is one line a user can act on."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One cache entry: a set of binaries built from one helper module at one version."""
+
+    name: str
+    """Cache directory prefix, e.g. ``kubernetes``."""
+    tool_dir: str
+    """Helper module directory under ``tools/``."""
+    module: str
+    """The pinned module whose ``require`` line gives the version."""
+    packages: dict[str, str]
+    """Binary name -> main package path."""
+
+    def version(self, tools_dir: Path = TOOLS_DIR) -> str:
+        """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
+        return required_version(tools_dir / self.tool_dir / "go.mod", self.module)
+
+    def ldflags(self, version: str) -> list[str]:
+        """``-X`` flags that make ``--version`` honest.
+
+        Only Kubernetes needs them: component-base defaults to ``v0.0.0-master``. etcd
+        (``api/v3/version.Version``) and kwok (``pkg/consts.Version``) carry their release
+        in the source of the tagged module.
+        """
+        if self.name != "kubernetes":
+            return []
+        match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
+        if not match:
+            raise BuildError(f"cannot read major/minor from Kubernetes version {version!r}")
+        pkg = "k8s.io/component-base/version"
+        return [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={match.group(1)}",
+            f"-X {pkg}.gitMinor={match.group(2)}",
+        ]
+
+    def version_marker(self, version: str) -> str:
+        """What the binaries' ``--version`` output must contain."""
+        return version if self.name == "kubernetes" else version.lstrip("v")
+
+
+KUBERNETES = Component(
+    name="kubernetes",
+    tool_dir="kube",
+    module="k8s.io/kubernetes",
+    packages={
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    },
+)
+ETCD = Component(
+    name="etcd",
+    tool_dir="etcd",
+    module="go.etcd.io/etcd/server/v3",
+    packages={"etcd": "go.etcd.io/etcd/server/v3"},
+)
+KWOK = Component(
+    name="kwok",
+    tool_dir="kwok",
+    module="sigs.k8s.io/kwok",
+    packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+)
+COMPONENTS = (ETCD, KWOK, KUBERNETES)  # smallest first: early failures come early
+
+
+def required_version(go_mod: Path, module: str) -> str:
+    """The version of ``module`` in a go.mod ``require`` line (single or block form)."""
+    try:
+        text = Path(go_mod).read_text()
+    except OSError as exc:
+        raise BuildError(f"cannot read {go_mod}: {exc.strerror} (needs a source checkout of railyard)") from exc
+    pattern = re.compile(
+        r"^\s*(?:require\s+)?" + re.escape(module) + r"\s+(v\S+)\s*(?://.*)?$", re.MULTILINE
+    )
+    match = pattern.search(text)
+    if not match:
+        raise BuildError(f"{go_mod} does not require {module}")
+    return match.group(1)
+
+
+def cache_root() -> Path:
+    """``$RAILYARD_CACHE`` or ``~/.cache/railyard/bin``."""
+    override = os.environ.get("RAILYARD_CACHE")
+    return Path(override).expanduser() if override else Path.home() / ".cache" / "railyard" / "bin"
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of every control-plane binary."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_scheduler: Path
+    kwok: Path
+
+
+def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
+    """The cache directory of ``component`` at its pinned version."""
+    return (root or cache_root()) / f"{component.name}-{component.version(tools_dir)}"
+
+
+def is_cached(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> bool:
+    directory = cached_dir(component, root, tools_dir)
+    return all(os.access(directory / name, os.X_OK) for name in component.packages)
+
+
+def ensure(
+    root: Path | None = None,
+    tools_dir: Path = TOOLS_DIR,
+    log: TextIO = sys.stderr,
+) -> Binaries:
+    """Every binary, from the cache or freshly built; raises BuildError with one clear line."""
+    root = root or cache_root()
+    dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in COMPONENTS}
+    return Binaries(
+        etcd=dirs["etcd"] / "etcd",
+        kube_apiserver=dirs["kubernetes"] / "kube-apiserver",
+        kube_scheduler=dirs["kubernetes"] / "kube-scheduler",
+        kwok=dirs["kwok"] / "kwok",
+    )
+
+
+def ensure_component(component: Component, root: Path, tools_dir: Path, log: TextIO) -> Path:
+    """Return the cache directory of ``component``, building it first if it is missing.
+
+    A file lock serialises concurrent callers (two test sessions, a shell and CI), and the
+    build goes to a temporary directory renamed into place, so a crash never leaves a
+    half-built entry that looks complete.
+    """
+    version = component.version(tools_dir)
+    final = root / f"{component.name}-{version}"
+    if is_cached(component, root, tools_dir):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{component.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_cached(component, root, tools_dir):
+            return final
+        go = find_go()
+        build_log = root / f"{component.name}-{version}.build.log"
+        staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=root))
+        try:
+            _build(go, component, version, tools_dir / component.tool_dir, staging, build_log, log)
+            _check_versions(component, version, staging)
+            if final.exists():
+                shutil.rmtree(final)
+            staging.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def find_go() -> str:
+    """Path of the ``go`` command, or BuildError saying how to get one."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            "no Go toolchain: `go` is not on PATH. Install Go (the helper modules in tools/ "
+            "say which version in their `go` line) or put prebuilt binaries in "
+            f"{cache_root()} (see docs/local-cluster.md)"
+        )
+    return go
+
+
+def go_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``go``: static binaries, no cgo toolchain needed."""
+    env = dict(os.environ if base is None else base)
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def build_command(go: str, component: Component, version: str, out_dir: Path) -> list[str]:
+    """The ``go build`` invocation for ``component`` (run inside its helper module)."""
+    return [
+        go, "build", "-v", "-trimpath",
+        "-ldflags", " ".join(component.ldflags(version)),
+        "-o", str(out_dir) + os.sep,
+        *component.packages.values(),
+    ]
+
+
+def _build(
+    go: str, component: Component, version: str, module_dir: Path, out_dir: Path, build_log: Path, log: TextIO
+) -> None:
+    label = f"{component.name} {version} ({', '.join(component.packages)})"
+    started = time.monotonic()
+    print(f"railyard: building {label} from the Go module proxy; a cold build takes many minutes, "
+          f"log: {build_log}", file=log, flush=True)
+    env = go_env()
+    with open(build_log, "w") as out:
+        # Step 1 fetches every needed module (proxy failures surface here) and counts packages.
+        listing = subprocess.run(
+            [go, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *component.packages.values()],
+            cwd=module_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        out.write(listing.stderr)
+        if listing.returncode != 0:
+            raise BuildError(_explain(label, listing.stderr, build_log))
+        total = sum(1 for line in listing.stdout.splitlines() if line.strip())
+        proc = subprocess.Popen(
+            build_command(go, component, version, out_dir),
+            cwd=module_dir, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+        compiled = 0
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            # Linking kube-apiserver prints nothing for a minute: keep saying we are alive.
+            while not stop.wait(30):
+                print(f"railyard:   {component.name}: {compiled}/{total} packages compiled, "
+                      f"{_elapsed(started)}", file=log, flush=True)
+
+        ticker = threading.Thread(target=heartbeat, daemon=True)
+        ticker.start()
+        tail: list[str] = []
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                tail = (tail + [line])[-40:]
+                if not line.startswith(("#", " ", "\t")) and " " not in line.strip():
+                    compiled += 1  # `go build -v` prints each package it compiles
+            code = proc.wait()
+        finally:
+            stop.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if code != 0:
+        raise BuildError(_explain(label, "".join(tail), build_log))
+    print(f"railyard: built {label} in {_elapsed(started)}", file=log, flush=True)
+
+
+def _check_versions(component: Component, version: str, directory: Path) -> None:
+    """Refuse binaries whose ``--version`` does not report the pinned version."""
+    marker = component.version_marker(version)
+    for name in component.packages:
+        result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
+        reported = (result.stdout + result.stderr).strip()
+        if marker not in reported:
+            raise BuildError(f"{name} built from {component.module} {version} reports {reported!r}")
+
+
+def _explain(label: str, output: str, build_log: Path) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    if any(marker in output for marker in _PROXY_ERRORS):
+        proxy = os.environ.get("GOPROXY") or _go_env_value("GOPROXY") or "the Go module proxy"
+        return (f"cannot build {label}: fetching modules from {proxy} failed ({last}); "
+                f"check the network or GOPROXY; full log: {build_log}")
+    return f"cannot build {label}: {last}; full log: {build_log}"
+
+
+def _go_env_value(key: str) -> str:
+    go = shutil.which("go")
+    if not go:
+        return ""
+    result = subprocess.run([go, "env", key], capture_output=True, text=True)
+    return result.stdout.strip()
+
+
+def _elapsed(since: float) -> str:
+    seconds = int(time.monotonic() - since)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def describe(root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> list[str]:
+    """One line per component: version and whether it is cached (for ``cluster status``)."""
+    lines = []
+    for component in COMPONENTS:
+        state = "cached" if is_cached(component, root, tools_dir) else "not built yet"
+        lines.append(f"{component.name} {component.version(tools_dir)}: {state} in {cached_dir(component, root, tools_dir)}")
+    return lines
+

@@ -1,0 +1,122 @@
+"""``railyard cluster up | down | status | build``: the local GPU cluster from the shell.
+
+``up`` prints the admin kubeconfig path alone on stdout (scripts read it); everything else,
+progress included, goes to stderr. Every failure is one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from extender.localcluster import binaries, cluster
+from extender.localcluster.errors import ClusterError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cluster",
+        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with fake GPU nodes",
+        description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
+    )
+    sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+
+    up = sub.add_parser("up", help="start a cluster and wait until every part is healthy")
+    _workdir(up)
+    source = up.add_mutually_exclusive_group()
+    source.add_argument("--nodes", type=Path, metavar="FILE",
+                        help="a Kubernetes NodeList (JSON or YAML), created as given")
+    source.add_argument("--topology", metavar="FILE|SPEC",
+                        help="a text topology file or generator line (default: "
+                             f"{cluster.nodes_mod.DEFAULT_TOPOLOGY!r})")
+    up.add_argument("--scheduler-config", type=Path, metavar="FILE",
+                    help="a KubeSchedulerConfiguration to run instead of the generated one")
+    up.add_argument("--no-extender", dest="extender", action="store_false",
+                    help="run a plain kube-scheduler without the railyard extender")
+    up.add_argument("--apiserver-port", type=_port, default=0, metavar="PORT",
+                    help="API server port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+                    help="how long each component may take to become healthy (default: 180)")
+    up.set_defaults(func=run_up)
+
+    down = sub.add_parser("down", help="stop every process `up` started in the workdir")
+    _workdir(down)
+    down.set_defaults(func=run_down)
+
+    status = sub.add_parser("status", help="say what runs (exit 0 only if every component runs)")
+    _workdir(status)
+    status.set_defaults(func=run_status)
+
+    build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
+    build.set_defaults(func=run_build)
+
+
+def _workdir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", type=Path, default=cluster.DEFAULT_WORKDIR, metavar="DIR",
+                        help=f"where pids, logs, PKI and the kubeconfig live (default: {cluster.DEFAULT_WORKDIR})")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {port}")
+    return port
+
+
+def run_up(args: argparse.Namespace) -> int:
+    options = cluster.UpOptions(
+        workdir=args.workdir,
+        nodes_file=args.nodes,
+        topology=args.topology,
+        scheduler_config=args.scheduler_config,
+        extender=args.extender,
+        apiserver_port=args.apiserver_port,
+        timeout=args.timeout,
+    )
+    try:
+        info = cluster.up(options)
+    except ClusterError as exc:
+        return _fail(exc)
+    print(info.kubeconfig, flush=True)
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    stopped = cluster.down(args.workdir)
+    if not stopped:
+        print(f"railyard: nothing was running in {args.workdir.resolve()}", file=sys.stderr)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    procs, state = cluster.status(args.workdir)
+    if not procs:
+        print(f"no cluster in {args.workdir.resolve()}")
+        return 1
+    for proc in procs:
+        print(f"{proc.name:15} {'running' if proc.running else 'NOT running':12} pid {proc.pid}")
+    if state:
+        print(f"api server      {state.get('apiServer')}  ({state.get('nodes')} nodes, {state.get('phase')})")
+        print(f"extender        {state.get('extender') or 'off'}")
+        print(f"kubeconfig      {state.get('kubeconfig')}")
+    return 0 if all(p.running for p in procs) else 1
+
+
+def run_build(args: argparse.Namespace) -> int:
+    try:
+        bins = binaries.ensure()
+    except ClusterError as exc:
+        return _fail(exc)
+    for line in binaries.describe():
+        print(line, file=sys.stderr)
+    print(bins.kube_apiserver.parent.parent)
+    return 0
+
+
+def _fail(exc: Exception) -> int:
+    print(f"railyard: {exc}", file=sys.stderr)
+    return 1

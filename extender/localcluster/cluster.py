@@ -1,0 +1,414 @@
+"""``cluster up / down / status``: start the local control plane, wait until healthy, stop it.
+
+Order of ``up``: check the workdir and every input (nothing started yet) -> binaries (built
+once per machine) -> PKI and kubeconfig -> etcd -> kube-apiserver (/readyz) -> nodes and
+filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler (/readyz, informers
+synced) -> every node listed. The extender starts before the scheduler so the scheduler's
+first pod never meets a missing extender. Any failure, Ctrl-C included, stops what was
+started before the error is raised: ``up`` never leaves a half cluster running.
+
+Workdir layout::
+
+    <workdir>/kubeconfig          admin kubeconfig (certs inlined), printed by ``up``
+    <workdir>/cluster.json        ports, URLs, node count: what ``status`` shows
+    <workdir>/pids/<name>.pid     "<pid> <start time>" per running process
+    <workdir>/logs/<name>.log     each component's output
+    <workdir>/pki/  etcd/  scheduler-config.yaml  kwok-stages.yaml
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import urllib3
+
+from extender.localcluster import binaries as binaries_mod
+from extender.localcluster import config, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster.errors import ClusterError
+
+#: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
+COMPONENTS = ("kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
+DEFAULT_WORKDIR = Path(".railyard/cluster")
+#: Concurrent node/pod creations: enough to keep the API server busy on 2 cores.
+CREATE_PARALLELISM = 16
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``cluster up`` was asked for."""
+
+    workdir: Path = DEFAULT_WORKDIR
+    nodes_file: Path | None = None
+    topology: str | None = None
+    """A topology file path, or a generator line such as ``blocks=2 racks=4 ...``."""
+    scheduler_config: Path | None = None
+    """A KubeSchedulerConfiguration to use instead of the generated one."""
+    extender: bool = True
+    apiserver_port: int = 0
+    """0 = pick a free port."""
+    node_set: nodes_mod.NodeSet | None = None
+    """Nodes given directly (tests); wins over ``nodes_file`` and ``topology``."""
+    binaries: binaries_mod.Binaries | None = None
+    """Prebuilt binaries; None = ``binaries.ensure()``."""
+    timeout: float = 180.0
+    """Seconds each component may take to become healthy."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A running cluster, as ``up`` returns it and ``cluster.json`` records it."""
+
+    workdir: Path
+    kubeconfig: Path
+    api_url: str
+    ports: config.Ports
+    extender_url: str | None
+    nodes: int
+    seconds: float = 0.0
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+def _say(log: TextIO, message: str) -> None:
+    print(f"railyard: {message}", file=log, flush=True)
+
+
+# --------------------------------------------------------------------------- up
+
+def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
+    """Start a cluster in ``options.workdir`` and return once every part is healthy."""
+    started = time.monotonic()
+    workdir = Path(options.workdir).resolve()
+    check_workdir(workdir)
+    node_set = resolve_nodes(options)
+    custom_config = _read_scheduler_config(options.scheduler_config)
+    if options.extender:
+        check_extender_available()
+    if options.apiserver_port and processes.port_in_use(options.apiserver_port):
+        raise ClusterError(f"port {options.apiserver_port} on 127.0.0.1 is in use; pick another --apiserver-port or 0")
+    bins = options.binaries or binaries_mod.ensure(log=log)
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    for stale in ("etcd", "pki", "cluster.json", "kubeconfig"):
+        _remove(workdir / stale)
+    try:
+        info = _start_all(workdir, options, node_set, custom_config, bins, log, started)
+    except BaseException as exc:
+        _say(log, "start failed; stopping what was started")
+        down(workdir, log=log, quiet=True)
+        if isinstance(exc, KeyboardInterrupt | ClusterError):
+            raise
+        raise ClusterError(f"cluster up failed: {type(exc).__name__}: {exc}") from exc
+    return info
+
+
+def _start_all(
+    workdir: Path,
+    options: UpOptions,
+    node_set: nodes_mod.NodeSet,
+    custom_config: str | None,
+    bins: binaries_mod.Binaries,
+    log: TextIO,
+    started: float,
+) -> ClusterInfo:
+    ports = _pick_ports(options.apiserver_port)
+    pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
+    api_url = f"https://{config.HOST}:{ports.apiserver}"
+    kubeconfig_file = workdir / "kubeconfig"
+    kubeconfig_file.write_text(config.dump_yaml(config.kubeconfig(pki, api_url)))
+    kubeconfig_file.chmod(0o600)
+    ext_url = config.extender_url(ports) if options.extender else None
+    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "starting")
+
+    env = processes.clean_env()
+    timeout = options.timeout
+
+    _say(log, f"starting etcd on 127.0.0.1:{ports.etcd_client}")
+    etcd = processes.start(workdir, "etcd", config.etcd_args(bins.etcd, workdir / "etcd", ports), env)
+    wait_healthy(workdir, etcd, lambda: _http_ok(f"http://{config.HOST}:{ports.etcd_client}/health"), timeout)
+
+    _say(log, f"starting kube-apiserver on {api_url}")
+    apiserver = processes.start(
+        workdir, "kube-apiserver", config.apiserver_args(bins.kube_apiserver, pki, ports, workdir / "pki"), env)
+    api = ApiClient(api_url, pki)
+    wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
+
+    _say(log, f"creating {len(node_set.nodes)} nodes")
+    create_nodes(api, node_set)
+
+    stages_file = workdir / "kwok-stages.yaml"
+    stages_file.write_text(config.kwok_stages_text())
+    _say(log, "starting kwok")
+    kwok = processes.start(workdir, "kwok", config.kwok_args(bins.kwok, kubeconfig_file, stages_file, ports), env)
+    wait_healthy(workdir, kwok, lambda: _http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
+
+    if ext_url is not None:
+        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender}")
+        extender = processes.start(workdir, "extender", config.extender_args(kubeconfig_file, ports), env)
+        wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
+
+    scheduler_config_file = workdir / "scheduler-config.yaml"
+    scheduler_config_file.write_text(
+        custom_config if custom_config is not None
+        else config.dump_yaml(config.scheduler_config(kubeconfig_file, ext_url)))
+    _say(log, "starting kube-scheduler" + (" (extender on)" if ext_url else " (no extender)"))
+    scheduler = processes.start(
+        workdir, "kube-scheduler",
+        config.scheduler_args(bins.kube_scheduler, scheduler_config_file, kubeconfig_file, ports), env)
+    wait_healthy(
+        workdir, scheduler,
+        lambda: _http_ok(f"https://{config.HOST}:{ports.scheduler}/readyz", insecure=True), timeout)
+
+    missing = api.missing_nodes(node_set.names)
+    if missing:
+        raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
+    seconds = time.monotonic() - started
+    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running")
+    _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
+              f"export KUBECONFIG={kubeconfig_file}")
+    return ClusterInfo(
+        workdir=workdir, kubeconfig=kubeconfig_file, api_url=api_url, ports=ports,
+        extender_url=ext_url, nodes=len(node_set.nodes), seconds=seconds,
+        pids={p.name: p.pid for p in processes.recorded(workdir)},
+    )
+
+
+def check_workdir(workdir: Path) -> None:
+    """Refuse a workdir that holds a running cluster or the pid files of a crashed one."""
+    recorded = processes.recorded(workdir)
+    if not recorded:
+        return
+    alive = [p.name for p in recorded if processes.is_alive(p)]
+    if alive:
+        raise ClusterError(
+            f"a cluster is already running in {workdir} ({', '.join(alive)}); "
+            f"run `railyard cluster down --workdir {workdir}` first or use another --workdir")
+    raise ClusterError(
+        f"{workdir} is left over from a crashed run (pid files of {', '.join(p.name for p in recorded)}, "
+        f"no process); run `railyard cluster down --workdir {workdir}` to clean it up")
+
+
+def resolve_nodes(options: UpOptions) -> nodes_mod.NodeSet:
+    if options.node_set is not None:
+        return options.node_set
+    if options.nodes_file is not None and options.topology is not None:
+        raise ClusterError("give --nodes or --topology, not both")
+    if options.nodes_file is not None:
+        return nodes_mod.load_node_list(options.nodes_file)
+    if options.topology is not None:
+        return nodes_mod.load_topology(options.topology)
+    return nodes_mod.load_topology(nodes_mod.DEFAULT_TOPOLOGY)
+
+
+def check_extender_available() -> None:
+    """The extender is ``railyard serve``; fail early if this checkout does not have it."""
+    if importlib.util.find_spec("extender.commands.serve") is None:
+        raise ClusterError(
+            "the railyard extender is not available yet (extender/commands/serve.py is missing); "
+            "run `railyard cluster up --no-extender` for a plain kube-scheduler")
+
+
+def _read_scheduler_config(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text()
+        doc = json.loads(json.dumps(_yaml_load(text)))
+    except OSError as exc:
+        raise ClusterError(f"cannot read scheduler config {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ClusterError(f"scheduler config {path} is not YAML: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != "KubeSchedulerConfiguration":
+        raise ClusterError(f"scheduler config {path} is not a KubeSchedulerConfiguration")
+    return text
+
+
+def _yaml_load(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc).splitlines()[0]) from exc
+
+
+def _pick_ports(apiserver_port: int) -> config.Ports:
+    picked: set[int] = set()
+
+    def fresh() -> int:
+        while True:
+            port = processes.free_port()
+            if port not in picked:
+                picked.add(port)
+                return port
+
+    return config.Ports(
+        etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
+        scheduler=fresh(), kwok=fresh(), extender=fresh(),
+    )
+
+
+def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], bool], timeout: float) -> None:
+    """Poll ``check`` until it passes; fail at once if the process dies, with its log tail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not processes.is_alive(proc):
+            raise ClusterError(
+                f"{proc.name} exited during startup; last lines of {processes.log_path(workdir, proc.name)}:\n"
+                + processes.tail(processes.log_path(workdir, proc.name)))
+        if check():
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"{proc.name} not healthy after {timeout:.0f}s; see {processes.log_path(workdir, proc.name)}")
+        time.sleep(0.2)
+
+
+def _http_ok(url: str, insecure: bool = False) -> bool:
+    context = None
+    if url.startswith("https"):
+        context = ssl.create_default_context()
+        if insecure:  # kube-scheduler serves a self-signed cert it made in memory
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
+                 ext_url: str | None, nodes: int, phase: str) -> None:
+    state = {
+        "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
+        "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+    }
+    (workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------- API access
+
+class ApiClient:
+    """Just enough of the Kubernetes API for setup, over one pooled urllib3 connection pool.
+
+    The kubernetes package's models cost about a millisecond per Node to (de)serialize;
+    creating 1,000 nodes from 16 threads is bound by the API server only this way.
+    """
+
+    def __init__(self, api_url: str, pki: pki_mod.Pki, maxsize: int = CREATE_PARALLELISM) -> None:
+        self._pool = urllib3.PoolManager(
+            num_pools=2, maxsize=maxsize, block=True,
+            cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
+            cert_file=str(pki.admin_cert), key_file=str(pki.admin_key),
+            timeout=urllib3.Timeout(connect=2, read=30), retries=False,
+        )
+        self._url = api_url
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = None if body is None else nodes_mod.dumps(body)
+        response = self._pool.request(
+            method, self._url + path, body=data,
+            headers={"Content-Type": "application/json", "Accept": "application/json"})
+        return response.status, response.data
+
+    def ok(self, path: str) -> bool:
+        try:
+            return self.request("GET", path)[0] == 200
+        except urllib3.exceptions.HTTPError:
+            return False
+
+    def create(self, path: str, obj: dict[str, Any]) -> None:
+        """POST ``obj``; an object that already exists is fine (a retried create)."""
+        status, data = self.request("POST", path, obj)
+        if status not in (200, 201, 202, 409):
+            name = obj.get("metadata", {}).get("name")
+            raise ClusterError(f"creating {obj.get('kind')} {name} failed: HTTP {status}: {_api_message(data)}")
+
+    def missing_nodes(self, names: list[str]) -> list[str]:
+        status, data = self.request("GET", "/api/v1/nodes")
+        if status != 200:
+            raise ClusterError(f"listing nodes failed: HTTP {status}: {_api_message(data)}")
+        present = {item["metadata"]["name"] for item in json.loads(data)["items"]}
+        return [n for n in names if n not in present]
+
+
+def _api_message(data: bytes) -> str:
+    try:
+        return json.loads(data).get("message", "")
+    except ValueError:
+        return data[:200].decode("utf-8", "replace")
+
+
+def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
+    """Create every node (concurrently), then one filler pod per node with GPUs in use."""
+    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool:
+        list(pool.map(lambda n: api.create("/api/v1/nodes", n), node_set.nodes))
+        if node_set.used_gpus:
+            api.create("/api/v1/namespaces", {
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nodes_mod.FILL_NAMESPACE}})
+            path = f"/api/v1/namespaces/{nodes_mod.FILL_NAMESPACE}/pods"
+            fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
+            list(pool.map(lambda p: api.create(path, p), fillers))
+
+
+# ------------------------------------------------------------------ down/status
+
+def down(workdir: Path, log: TextIO = sys.stderr, quiet: bool = False) -> list[str]:
+    """Stop every process recorded in ``workdir`` (by PID), scheduler first; return their names.
+
+    Works on whatever a crashed ``up`` left: only pid files are needed. The logs stay for
+    reading; etcd's data and the state file go, so the next ``up`` starts clean.
+    """
+    workdir = Path(workdir).resolve()
+    recorded = {p.name: p for p in processes.recorded(workdir)}
+    order = [n for n in COMPONENTS if n in recorded] + sorted(set(recorded) - set(COMPONENTS))
+    stopped = []
+    for name in order:
+        proc = recorded[name]
+        was_alive = processes.is_alive(proc)
+        processes.stop(workdir, proc)
+        if was_alive:
+            stopped.append(name)
+            if not quiet:
+                _say(log, f"stopped {name} (pid {proc.pid})")
+    for leftover in ("etcd", "cluster.json"):
+        _remove(workdir / leftover)
+    return stopped
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int
+    running: bool
+
+
+def status(workdir: Path) -> tuple[list[ComponentStatus], dict[str, Any] | None]:
+    """Each recorded process and whether it runs, plus the state ``up`` wrote (if any)."""
+    workdir = Path(workdir).resolve()
+    procs = [ComponentStatus(p.name, p.pid, processes.is_alive(p)) for p in processes.recorded(workdir)]
+    order = {name: i for i, name in enumerate(reversed(COMPONENTS))}
+    procs.sort(key=lambda c: order.get(c.name, len(order)))
+    try:
+        state = json.loads((workdir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        state = None
+    return procs, state

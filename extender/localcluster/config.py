@@ -1,0 +1,205 @@
+"""What the local cluster's processes are told: command lines, kubeconfig, scheduler config.
+
+Pure functions over paths and ports, no I/O beyond reading the shipped kwok stages, so that
+unit tests check every flag without the binaries. Flag facts are from the 1.37.2 / 3.6.16 /
+v0.7.0 sources (KUBE-FACTS.md section 3); where a flag is here for a reason that is not
+obvious, the comment says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.localcluster.pki import Pki
+
+HOST = "127.0.0.1"
+#: The Services range; its first address is the ``kubernetes`` Service IP (in the serving cert).
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"
+#: Scheduler names served by the one local kube-scheduler (extenders apply to every profile).
+SCHEDULER_NAMES = ("default-scheduler", "railyard")
+#: The resource that routes a pod through the extender.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: Longer than any gang timeout: a gang held at bind keeps its bind call open (KUBE-FACTS 2).
+EXTENDER_HTTP_TIMEOUT = "120s"
+#: The scheduler's own client; the default qps 50 caps binds and events (KUBE-FACTS 2).
+SCHEDULER_QPS = 1000
+SCHEDULER_BURST = 2000
+#: Annotation read by the kwok pod stage: Go duration after which a Running pod Succeeds.
+SIM_RUNTIME_ANNOTATION = "railyard.io/sim-runtime"
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Every port the cluster listens on, all on 127.0.0.1."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    scheduler: int
+    kwok: int
+    extender: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def extender_url(ports: Ports) -> str:
+    """The extender's base URL, as kube-scheduler's ``urlPrefix`` wants it."""
+    return f"http://{HOST}:{ports.extender}/scheduler"
+
+
+def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the local scheduler runs with.
+
+    ``extender_url`` None means no extender (``--no-extender``): both profiles are plain
+    kube-scheduler. The field names are checked strictly by the scheduler (``enableHTTPS``,
+    not ``enableHttps``) and extender fields have no defaults, so every one is spelled out.
+    A later change may load this from ``manifests/``; keep the signature.
+    """
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        # With --config the --kubeconfig/--kube-api-qps/--kube-api-burst flags are ignored.
+        "clientConnection": {
+            "kubeconfig": str(kubeconfig),
+            "qps": SCHEDULER_QPS,
+            "burst": SCHEDULER_BURST,
+        },
+        "leaderElection": {"leaderElect": False},
+        # Score every feasible node, so the extender sees them all (KUBE-FACTS 2).
+        "percentageOfNodesToScore": 100,
+        "profiles": [{"schedulerName": name} for name in SCHEDULER_NAMES],
+    }
+    if extender_url is not None:
+        config["extenders"] = [
+            {
+                "urlPrefix": extender_url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "bindVerb": "bind",
+                "preemptVerb": "preempt",
+                "weight": 1,
+                "nodeCacheCapable": True,
+                "enableHTTPS": False,
+                "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
+                "ignorable": False,
+                "httpTimeout": EXTENDER_HTTP_TIMEOUT,
+            }
+        ]
+    return config
+
+
+def kubeconfig(pki: Pki, server: str, user: str = "railyard-admin") -> dict[str, Any]:
+    """An admin kubeconfig with the certs inlined, so the file can be copied anywhere."""
+
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "railyard-local", "cluster": {
+            "server": server, "certificate-authority-data": b64(pki.ca_cert)}}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key)}}],
+        "contexts": [{"name": "railyard-local", "context": {"cluster": "railyard-local", "user": user}}],
+        "current-context": "railyard-local",
+        "preferences": {},
+    }
+
+
+def dump_yaml(obj: Any) -> str:
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def kwok_stages_text() -> str:
+    """The shipped kwok stage documents (``kwok-stages.yaml``, package data)."""
+    return resources.files("extender.localcluster").joinpath("kwok-stages.yaml").read_text()
+
+
+def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
+    client = f"http://{HOST}:{ports.etcd_client}"
+    peer = f"http://{HOST}:{ports.etcd_peer}"
+    return [
+        str(binary),
+        "--name=railyard",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=railyard={peer}",
+        # Test data only: skipping fsync makes every API write several times faster.
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(binary: Path, pki: Pki, ports: Ports, cert_dir: Path) -> list[str]:
+    return [
+        str(binary),
+        f"--etcd-servers=http://{HOST}:{ports.etcd_client}",
+        f"--bind-address={HOST}",
+        f"--advertise-address={HOST}",
+        f"--secure-port={ports.apiserver}",
+        f"--cert-dir={cert_dir}",
+        f"--tls-cert-file={pki.apiserver_cert}",
+        f"--tls-private-key-file={pki.apiserver_key}",
+        f"--client-ca-file={pki.ca_cert}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        f"--service-account-key-file={pki.sa_pub}",
+        # RBAC, so a later ServiceAccount for the extender proves its Role is enough;
+        # the admin cert is in system:masters, which RBAC always allows.
+        "--authorization-mode=RBAC",
+        # No kube-controller-manager, so no default ServiceAccount for the admission plugin.
+        "--disable-admission-plugins=ServiceAccount",
+        # The kubernetes Service's Endpoints would get 127.0.0.1, which validation rejects.
+        "--endpoint-reconciler-type=none",
+        # Benchmarks drive thousands of writes per second: no inflight caps, no APF queueing.
+        "--max-requests-inflight=0",
+        "--max-mutating-requests-inflight=0",
+        "--enable-priority-and-fairness=false",
+    ]
+
+
+def scheduler_args(binary: Path, config_file: Path, kubeconfig_file: Path, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        f"--config={config_file}",
+        "--leader-elect=false",
+        f"--bind-address={HOST}",
+        f"--secure-port={ports.scheduler}",
+        # Delegated authn/authz of its own endpoints goes to our API server.
+        f"--authentication-kubeconfig={kubeconfig_file}",
+        f"--authorization-kubeconfig={kubeconfig_file}",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+    ]
+
+
+def kwok_args(binary: Path, kubeconfig_file: Path, stages_file: Path, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig_file}",
+        f"--config={stages_file}",
+        # Every node in this cluster is fake; no annotation to forget on a hand-written node.
+        "--manage-all-nodes=true",
+        # 0 = no node leases: kwok then holds no per-node lease and renews nothing.
+        "--node-lease-duration-seconds=0",
+        # Serves /healthz; without it kwok would listen nowhere (nodePort defaults to 0).
+        f"--server-address={HOST}:{ports.kwok}",
+    ]
+
+
+def extender_args(kubeconfig_file: Path, ports: Ports, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig_file),
+            "--listen", f"{HOST}:{ports.extender}"]

@@ -1,0 +1,74 @@
+"""Versions come from the helper modules' go.mod; a missing Go is one clear message."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.localcluster import binaries
+from extender.localcluster.errors import ClusterError
+
+
+def test_versions_are_read_from_the_helper_modules():
+    assert binaries.KUBERNETES.version().startswith("v1.")
+    assert binaries.ETCD.version().startswith("v3.6.")
+    assert binaries.KWOK.version().startswith("v0.")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "module x\n\nrequire k8s.io/kubernetes v1.37.2\n",
+        "module x\n\nrequire (\n\tk8s.io/kubernetes v1.37.2\n\tfoo v1 // indirect\n)\n",
+        "module x\nrequire (\n  k8s.io/kubernetes v1.37.2 // indirect\n)\n",
+    ],
+)
+def test_required_version_single_and_block_form(tmp_path, text):
+    (tmp_path / "go.mod").write_text(text)
+    assert binaries.required_version(tmp_path / "go.mod", "k8s.io/kubernetes") == "v1.37.2"
+
+
+def test_required_version_does_not_match_a_longer_module_path(tmp_path):
+    (tmp_path / "go.mod").write_text("require k8s.io/kubernetes-extra v9.9.9\n")
+    with pytest.raises(binaries.BuildError, match="does not require k8s.io/kubernetes"):
+        binaries.required_version(tmp_path / "go.mod", "k8s.io/kubernetes")
+
+
+def test_kubernetes_ldflags_make_version_honest():
+    flags = binaries.KUBERNETES.ldflags("v1.37.2")
+    assert flags == [
+        "-X k8s.io/component-base/version.gitVersion=v1.37.2",
+        "-X k8s.io/component-base/version.gitMajor=1",
+        "-X k8s.io/component-base/version.gitMinor=37",
+    ]
+    assert binaries.ETCD.ldflags("v3.6.16") == []
+
+
+def test_build_command_is_static_and_trimmed(tmp_path):
+    argv = binaries.build_command("go", binaries.KUBERNETES, "v1.37.2", tmp_path)
+    assert argv[:4] == ["go", "build", "-v", "-trimpath"]
+    assert argv[-2:] == ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler"]
+    assert binaries.go_env({})["CGO_ENABLED"] == "0"
+
+
+def test_cache_dir_is_keyed_by_version_and_overridable(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAILYARD_CACHE", str(tmp_path))
+    assert binaries.cache_root() == tmp_path
+    assert binaries.cached_dir(binaries.ETCD) == tmp_path / f"etcd-{binaries.ETCD.version()}"
+
+
+def test_cached_binaries_are_reused_without_go(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    for component in binaries.COMPONENTS:
+        directory = binaries.cached_dir(component, tmp_path)
+        directory.mkdir(parents=True)
+        for name in component.packages:
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+    found = binaries.ensure(root=tmp_path)
+    assert found.kube_scheduler == binaries.cached_dir(binaries.KUBERNETES, tmp_path) / "kube-scheduler"
+
+
+def test_no_go_toolchain_is_one_clear_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(ClusterError, match="no Go toolchain: `go` is not on PATH"):
+        binaries.ensure(root=tmp_path)

@@ -1,0 +1,112 @@
+"""`cluster up` refuses bad input and bad state before starting anything."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+
+import pytest
+
+from extender.localcluster import cli, cluster, processes
+from extender.localcluster.errors import ClusterError
+
+NODES = "kind: NodeList\nitems: [{metadata: {name: g1}, status: {capacity: {nvidia.com/gpu: '8'}}}]\n"
+
+
+def _up(tmp_path, **kw):
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    kw.setdefault("nodes_file", nodes)
+    kw.setdefault("extender", False)
+    return cluster.UpOptions(workdir=tmp_path / "w", **kw)
+
+
+def test_a_running_cluster_in_the_workdir_is_refused(tmp_path):
+    workdir = tmp_path / "w"
+    proc = processes.start(workdir, "etcd", ["sleep", "60"])
+    try:
+        with pytest.raises(ClusterError, match="already running .* \\(etcd\\); run `railyard cluster down"):
+            cluster.up(_up(tmp_path))
+        assert processes.is_alive(proc)  # not ours to stop from `up`
+    finally:
+        assert cluster.down(workdir) == ["etcd"]
+    assert not processes.is_alive(proc)
+
+
+def test_pid_files_of_a_crashed_run_are_named(tmp_path):
+    workdir = tmp_path / "w"
+    proc = processes.start(workdir, "kube-apiserver", ["true"])
+    while processes.is_alive(proc):
+        pass
+    with pytest.raises(ClusterError, match="left over from a crashed run .*kube-apiserver.*cluster down"):
+        cluster.up(_up(tmp_path))
+    assert cluster.down(workdir) == []
+    assert processes.recorded(workdir) == []
+
+
+def test_unreadable_nodes_file(tmp_path):
+    with pytest.raises(ClusterError, match="cannot read nodes file"):
+        cluster.up(_up(tmp_path, nodes_file=tmp_path / "nope.yaml"))
+
+
+def test_unreadable_scheduler_config(tmp_path):
+    with pytest.raises(ClusterError, match="cannot read scheduler config"):
+        cluster.up(_up(tmp_path, scheduler_config=tmp_path / "nope.yaml"))
+    bad = tmp_path / "sched.yaml"
+    bad.write_text("kind: Pod\n")
+    with pytest.raises(ClusterError, match="is not a KubeSchedulerConfiguration"):
+        cluster.up(_up(tmp_path, scheduler_config=bad))
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is in use"):
+            cluster.up(_up(tmp_path, apiserver_port=port))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("extender.commands.serve") is not None,
+                    reason="the extender exists now")
+def test_extender_not_there_yet_suggests_no_extender(tmp_path):
+    with pytest.raises(ClusterError, match="extender is not available yet.*--no-extender"):
+        cluster.up(_up(tmp_path, extender=True))
+
+
+def test_cli_prints_one_line_and_exits_nonzero(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["cluster", "up", "--workdir", str(tmp_path), "--nodes", str(tmp_path / "x.json"),
+                              "--no-extender"])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("railyard: cannot read nodes file")
+
+
+@pytest.mark.parametrize("argv", [
+    ["cluster", "up", "--nodes", "a", "--topology", "b"],
+    ["cluster", "up", "--apiserver-port", "70000"],
+    ["cluster", "up", "--apiserver-port", "x"],
+    ["cluster"],
+])
+def test_bad_arguments_are_usage_errors(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(argv)
+    assert exc.value.code == 2
+
+
+def test_status_of_an_empty_workdir(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["cluster", "status", "--workdir", str(tmp_path)])
+    assert args.func(args) == 1
+    assert "no cluster in" in capsys.readouterr().out

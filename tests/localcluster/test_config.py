@@ -1,0 +1,98 @@
+"""Command lines and configs of the local cluster, without any binary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from extender.localcluster import config, pki
+
+PORTS = config.Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, scheduler=10259, kwok=10247, extender=8888)
+
+
+def test_scheduler_config_serves_both_names_and_scores_every_node():
+    cfg = config.scheduler_config(Path("/w/kubeconfig"), None)
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["default-scheduler", "railyard"]
+    assert cfg["percentageOfNodesToScore"] == 100
+    assert cfg["clientConnection"] == {"kubeconfig": "/w/kubeconfig", "qps": 1000, "burst": 2000}
+    assert "extenders" not in cfg
+
+
+def test_scheduler_config_extender_entry_spells_every_field():
+    cfg = config.scheduler_config(Path("/w/kubeconfig"), config.extender_url(PORTS))
+    (ext,) = cfg["extenders"]
+    assert ext == {
+        "urlPrefix": "http://127.0.0.1:8888/scheduler",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "preemptVerb": "preempt",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "enableHTTPS": False,
+        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
+        "ignorable": False,
+        "httpTimeout": "120s",
+    }
+    # Round-trips through YAML as the scheduler will read it (strict decoding: exact keys).
+    assert yaml.safe_load(config.dump_yaml(cfg)) == cfg
+
+
+def test_everything_listens_on_loopback(tmp_path):
+    files = pki.Pki.at(tmp_path)
+    b = Path("/bin/x")
+    etcd = config.etcd_args(b, tmp_path / "etcd", PORTS)
+    api = config.apiserver_args(b, files, PORTS, tmp_path)
+    sched = config.scheduler_args(b, tmp_path / "s.yaml", tmp_path / "k", PORTS)
+    kwok = config.kwok_args(b, tmp_path / "k", tmp_path / "st.yaml", PORTS)
+    for flag in etcd:
+        if "-urls=" in flag or "--initial-cluster=" in flag:
+            assert "//127.0.0.1:" in flag, flag
+    assert "--bind-address=127.0.0.1" in api and "--advertise-address=127.0.0.1" in api
+    assert "--bind-address=127.0.0.1" in sched
+    assert "--server-address=127.0.0.1:10247" in kwok
+
+
+def test_apiserver_flags_from_the_issue(tmp_path):
+    api = config.apiserver_args(Path("/bin/x"), pki.Pki.at(tmp_path), PORTS, tmp_path)
+    for flag in ("--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+                 "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+                 "--enable-priority-and-fairness=false", f"--client-ca-file={tmp_path / 'ca.crt'}"):
+        assert flag in api
+    assert "--unsafe-no-fsync" in config.etcd_args(Path("/bin/etcd"), tmp_path, PORTS)
+
+
+def test_kwok_runs_without_leases_and_manages_all_nodes(tmp_path):
+    kwok = config.kwok_args(Path("/bin/kwok"), tmp_path / "k", tmp_path / "st.yaml", PORTS)
+    assert "--node-lease-duration-seconds=0" in kwok
+    assert "--manage-all-nodes=true" in kwok
+
+
+def test_kwok_stages_have_no_heartbeat_and_read_sim_runtime():
+    docs = list(yaml.safe_load_all(config.kwok_stages_text()))
+    assert all(d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" and d["kind"] == "Stage" for d in docs)
+    node_stages = [d for d in docs if d["spec"]["resourceRef"]["kind"] == "Node"]
+    # At least one node stage, or kwok falls back to its defaults (with the heartbeat).
+    assert [d["metadata"]["name"] for d in node_stages] == ["node-initialize"]
+    complete = next(d for d in docs if d["metadata"]["name"] == "pod-sim-runtime-complete")
+    assert complete["spec"]["delay"]["durationFrom"]["jq"]["expression"] == (
+        f'.metadata.annotations["{config.SIM_RUNTIME_ANNOTATION}"]')
+    assert "jitterDurationMilliseconds" not in complete["spec"]["delay"]
+    keys = [e["jq"]["key"] for e in complete["spec"]["selector"]["matchExpressions"]]
+    assert f'.metadata.annotations["{config.SIM_RUNTIME_ANNOTATION}"]' in keys
+
+
+def test_kubeconfig_inlines_the_admin_cert(tmp_path):
+    files = pki.generate(tmp_path)
+    kc = config.kubeconfig(files, "https://127.0.0.1:6443")
+    assert kc["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
+    user = kc["users"][0]["user"]
+    assert user["client-certificate-data"] and user["client-key-data"]
+    assert kc["current-context"] == kc["contexts"][0]["name"]
+
+
+def test_extender_command_is_railyard_serve():
+    argv = config.extender_args(Path("/w/kubeconfig"), PORTS, python="/py")
+    assert argv == ["/py", "-m", "extender", "serve", "--kubeconfig", "/w/kubeconfig", "--listen", "127.0.0.1:8888"]

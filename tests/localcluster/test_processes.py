@@ -1,0 +1,58 @@
+"""Start and stop by PID, with real (harmless) processes: `sleep` stands in for a component."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from extender.localcluster import processes
+
+
+def test_start_records_pid_and_stop_ends_it(tmp_path):
+    proc = processes.start(tmp_path, "sleeper", ["sleep", "60"])
+    assert (tmp_path / "pids" / "sleeper.pid").read_text().split()[0] == str(proc.pid)
+    assert processes.recorded(tmp_path) == [proc]
+    assert processes.is_alive(proc)
+    processes.stop(tmp_path, proc)
+    assert not processes.is_alive(proc)
+    assert processes.recorded(tmp_path) == []
+
+
+def test_a_process_ignoring_sigterm_is_killed(tmp_path):
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    proc = processes.start(tmp_path, "stubborn", [sys.executable, "-c", script])
+    while "up" not in processes.log_path(tmp_path, "stubborn").read_text():
+        pass
+    processes.stop(tmp_path, proc, grace_seconds=0.5)
+    assert not processes.is_alive(proc)
+
+
+def test_a_reused_pid_is_not_ours(tmp_path):
+    proc = processes.start(tmp_path, "sleeper", ["sleep", "60"])
+    impostor = processes.Running(name="sleeper", pid=proc.pid, start_time="1")
+    assert not processes.is_alive(impostor)
+    processes.stop(tmp_path, impostor)  # must not signal the real process
+    assert processes.is_alive(proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    os.waitpid(proc.pid, 0)
+
+
+def test_children_get_no_proxy_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:1")
+    monkeypatch.setenv("https_proxy", "http://proxy.invalid:1")
+    proc = processes.start(tmp_path, "env", ["env"])
+    while processes.is_alive(proc):
+        pass
+    assert "proxy.invalid" not in processes.log_path(tmp_path, "env").read_text()
+
+
+def test_port_in_use_is_detected():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert processes.port_in_use(port)
+    assert not processes.port_in_use(processes.free_port())
