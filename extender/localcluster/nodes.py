@@ -76,11 +76,14 @@ def load_topology(path_or_text: str | Path) -> NodeSet:
         raise ClusterError(
             "--topology needs extender/topotext.py, which this checkout does not have yet; use --nodes FILE"
         ) from exc
+    text = str(path_or_text)
+    is_generator = "\n" not in text and bool(text.split()) and all("=" in w for w in text.split())
+    if not is_generator and "\n" not in text and not Path(text).is_file():
+        raise ClusterError(f"cannot read topology file {text}: no such file (or give a generator line "
+                           f"such as {DEFAULT_TOPOLOGY!r})")
     try:
         spec = topotext.load(path_or_text)
-    except OSError as exc:
-        raise ClusterError(f"cannot read topology file {path_or_text}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
+    except ValueError as exc:  # topotext.TopologyTextError, including unreadable files
         raise ClusterError(f"bad topology {path_or_text}: {exc}") from exc
     nodes = normalize_nodes(list(spec.nodes), source=str(path_or_text))
     used = {name: int(n) for name, n in dict(spec.used_gpus).items() if int(n) > 0}

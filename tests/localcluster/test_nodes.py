@@ -83,3 +83,27 @@ def test_filler_pod_holds_the_used_gpus_on_its_node():
     (container,) = pod["spec"]["containers"]
     assert container["resources"]["requests"] == {"nvidia.com/gpu": "6"}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "6"}
+
+
+def test_default_topology_is_the_generator_line():
+    node_set = nodes.load_topology(nodes.DEFAULT_TOPOLOGY)
+    assert len(node_set.nodes) == 2 * 4 * 2 * 4
+    assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "8" for n in node_set.nodes)
+
+
+def test_drawn_topology_file_gives_used_gpus(tmp_path):
+    path = tmp_path / "topo.txt"
+    path.write_text("block b1\n  rack r1\n    nvl n1: h1 h2[2/8 cordoned]\n")
+    node_set = nodes.load_topology(str(path))
+    assert node_set.names == ["h1", "h2"]
+    assert node_set.used_gpus == {"h2": 6}
+    assert node_set.nodes[1]["spec"]["unschedulable"] is True
+
+
+def test_bad_topology_input(tmp_path):
+    with pytest.raises(ClusterError, match="cannot read topology file .*nope.txt"):
+        nodes.load_topology(str(tmp_path / "nope.txt"))
+    path = tmp_path / "topo.txt"
+    path.write_text("block b1\n  rack r1\n    nvl n1: h1[9/8]\n")
+    with pytest.raises(ClusterError, match="bad topology .*9 free of 8"):
+        nodes.load_topology(str(path))

@@ -1,0 +1,117 @@
+"""Fixtures that run real local clusters (``railyard cluster up``) and always tear them down.
+
+- ``local_cluster``: a factory, module scope. ``local_cluster(nodes=[...] | topology="...",
+  extender=False)`` starts a cluster through the real command line and returns a
+  ``helpers.Cluster``; every cluster it started is stopped when the module ends, pass or fail.
+- ``gpu_cluster``: one shared cluster per session (no extender) from ``DEFAULT_NODES``: four
+  schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node.
+
+Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
+it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
+long Go build inside a test run. ``railyard cluster build`` builds them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from extender.localcluster import binaries, cluster
+from extender.localcluster.errors import ClusterError
+
+from .helpers import Cluster, core_api, gpu_node, node_list, run_railyard
+
+TAINT = {"key": "railyard.io/reserved", "value": "inference", "effect": "NoSchedule"}
+SCHEDULABLE = ["r1-h1", "r1-h2", "r2-h1", "r2-h2"]
+CORDONED = "r2-cordoned"
+TAINTED = "r2-tainted"
+DEFAULT_NODES = [
+    *(gpu_node(name, labels={"network.topology.nvidia.com/leaf": name[:2]}) for name in SCHEDULABLE),
+    gpu_node(CORDONED, labels={"network.topology.nvidia.com/leaf": "r2"}, unschedulable=True),
+    gpu_node(TAINTED, labels={"network.topology.nvidia.com/leaf": "r2"}, taints=[TAINT]),
+]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="session")
+def control_plane_binaries() -> binaries.Binaries:
+    """The binaries, or skip (locally, never built) / fail (CI, or a build that broke)."""
+    if not _in_ci() and not all(binaries.is_cached(c) for c in binaries.COMPONENTS):
+        pytest.skip("control-plane binaries not built yet: run `railyard cluster build` "
+                    "(with CI=true the tests build them and fail instead of skipping)")
+    try:
+        return binaries.ensure()
+    except ClusterError as exc:
+        pytest.fail(f"cannot get the control-plane binaries: {exc}", pytrace=False)
+
+
+class ClusterStarter:
+    """Starts clusters with ``railyard cluster up`` and stops every one of them on ``stop_all``."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._workdirs: list[Path] = []
+        atexit.register(self.stop_all)  # last resort if pytest itself is torn down abruptly
+
+    def __call__(self, *, nodes: list[dict[str, Any]] | None = None, topology: str | None = None,
+                 extender: bool = False, scheduler_config: Path | None = None) -> Cluster:
+        workdir = self._tmp.mktemp("cluster")
+        args = ["cluster", "up", "--workdir", str(workdir)]
+        if nodes is not None:
+            nodes_file = workdir.parent / f"{workdir.name}-nodes.json"
+            nodes_file.write_text(json.dumps(node_list(nodes)))
+            args += ["--nodes", str(nodes_file)]
+        if topology is not None:
+            if "\n" in topology:
+                topology_file = workdir.parent / f"{workdir.name}-topology.txt"
+                topology_file.write_text(topology)
+                topology = str(topology_file)
+            args += ["--topology", topology]
+        if scheduler_config is not None:
+            args += ["--scheduler-config", str(scheduler_config)]
+        if not extender:
+            args.append("--no-extender")
+        self._workdirs.append(workdir)  # before `up`: stop_all also cleans a half start
+        result = run_railyard(*args, check=False)
+        if result.returncode != 0:
+            pytest.fail(f"railyard {' '.join(args)} exited {result.returncode}:\n{result.stderr}", pytrace=False)
+        kubeconfig = Path(result.stdout.strip().splitlines()[-1])
+        return Cluster(workdir=workdir, kubeconfig=kubeconfig, extender=extender, core=core_api(kubeconfig))
+
+    def stop_all(self) -> None:
+        while self._workdirs:
+            cluster.down(self._workdirs.pop(), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def local_cluster(control_plane_binaries, tmp_path_factory) -> Iterator[ClusterStarter]:
+    starter = ClusterStarter(tmp_path_factory)
+    try:
+        yield starter
+    finally:
+        starter.stop_all()
+
+
+@pytest.fixture(scope="session")
+def gpu_cluster(control_plane_binaries, tmp_path_factory) -> Iterator[Cluster]:
+    starter = ClusterStarter(tmp_path_factory)
+    try:
+        yield starter(nodes=DEFAULT_NODES)
+    finally:
+        starter.stop_all()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e is an e2e test, marked or not."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.e2e)

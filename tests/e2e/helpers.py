@@ -1,0 +1,186 @@
+"""Shared helpers for end-to-end tests on the local cluster: real API calls, no mocks.
+
+Pods are plain dicts sent through the official client. There is no kube-controller-manager,
+so a namespace is never emptied by deleting it: each test uses its own namespace and
+deletes its pods with ``delete_pods`` (grace period 0) so the GPUs are free for the next test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import kubernetes
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+GPU = "nvidia.com/gpu"
+SIM_RUNTIME = "railyard.io/sim-runtime"
+_counter = itertools.count()
+
+
+@dataclass
+class Cluster:
+    """A running local cluster as the tests see it."""
+
+    workdir: Path
+    kubeconfig: Path
+    extender: bool
+    core: CoreV1Api
+
+    def railyard(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``railyard cluster ARGS --workdir <this cluster>`` and return the result."""
+        return run_railyard("cluster", *args, "--workdir", str(self.workdir), check=check)
+
+
+def run_railyard(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    """The real command line, in a child process, as a user runs it."""
+    result = subprocess.run([sys.executable, "-m", "extender", *args],
+                            capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"railyard {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result
+
+
+def core_api(kubeconfig: Path) -> CoreV1Api:
+    """A CoreV1Api on the cluster's admin kubeconfig."""
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 16
+    return CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def gpu_node(name: str, gpus: int = 8, labels: dict[str, str] | None = None,
+             unschedulable: bool = False, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A Node object as a NodeList file would hold it."""
+    spec: dict[str, Any] = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = taints
+    resources = {GPU: str(gpus), "cpu": "128", "memory": "2048Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": spec,
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+def node_list(nodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "NodeList", "items": list(nodes)}
+
+
+def namespace(core: CoreV1Api, prefix: str = "e2e") -> str:
+    """Create a fresh namespace and return its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+def gpu_pod(name: str, gpus: int, *, scheduler_name: str | None = None, sim_runtime: str | None = None,
+            labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+            tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A pod asking for ``gpus`` GPUs; ``sim_runtime`` (e.g. "5s") makes kwok finish it."""
+    meta_annotations = dict(annotations or {})
+    if sim_runtime is not None:
+        meta_annotations[SIM_RUNTIME] = sim_runtime
+    spec: dict[str, Any] = {
+        "containers": [{
+            "name": "train",
+            "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+        }],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": meta_annotations},
+        "spec": spec,
+    }
+
+
+def create_pods(core: CoreV1Api, ns: str, pods: Iterable[dict[str, Any]]) -> list[str]:
+    names = []
+    for pod in pods:
+        core.create_namespaced_pod(ns, pod)
+        names.append(pod["metadata"]["name"])
+    return names
+
+
+def pods_by_name(core: CoreV1Api, ns: str) -> dict[str, Any]:
+    return {p.metadata.name: p for p in core.list_namespaced_pod(ns).items}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_for_phase(core: CoreV1Api, ns: str, names: Iterable[str], phases: str | set[str],
+                   timeout: float = 60) -> dict[str, Any]:
+    """Wait until every named pod is in one of ``phases``; return the pods by name."""
+    wanted = {phases} if isinstance(phases, str) else set(phases)
+    names = list(names)
+
+    def reached() -> dict[str, Any] | None:
+        pods = pods_by_name(core, ns)
+        if all(n in pods and pods[n].status.phase in wanted for n in names):
+            return {n: pods[n] for n in names}
+        return None
+
+    def describe() -> str:
+        pods = pods_by_name(core, ns)
+        return ", ".join(f"{n}={pods[n].status.phase if n in pods else 'missing'}" for n in names)
+
+    try:
+        return wait_for(reached, timeout, f"pods in {sorted(wanted)}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {describe()}") from None
+
+
+def wait_unschedulable(core: CoreV1Api, ns: str, name: str, timeout: float = 60) -> str:
+    """Wait until the scheduler marked the pod Unschedulable; return its message."""
+    def message() -> str | None:
+        pod = core.read_namespaced_pod(name, ns)
+        for condition in pod.status.conditions or []:
+            if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
+                return condition.message or "Unschedulable"
+        return None
+
+    return wait_for(message, timeout, f"pod {ns}/{name} to be Unschedulable")
+
+
+def delete_pods(core: CoreV1Api, ns: str) -> None:
+    """Delete every pod of ``ns`` at once (grace period 0), so their GPUs are free again."""
+    try:
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    wait_for(lambda: not core.list_namespaced_pod(ns).items, 60, f"pods of {ns} to be gone")
+
+
+def unique(prefix: str) -> str:
+    """A pod name unique within this test session."""
+    return f"{prefix}-{next(_counter)}"
