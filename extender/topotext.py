@@ -111,6 +111,8 @@ def load(source: str | Path) -> TopologySpec:
             text = Path(source).read_text()
         except OSError as exc:
             raise TopologyTextError(f"{source}: cannot read: {exc.strerror}") from None
+    if "\n" not in text and ":" not in text and "=" not in text and text.strip():
+        raise TopologyTextError(f"{text}: no such file (and not a drawing: nodes follow a colon)")
     lines = [ln for ln in (_strip(x) for x in text.splitlines()) if ln.strip()]
     if len(lines) == 1 and all("=" in w for w in lines[0].split()):
         text = generate(**_generator_args(lines[0]))
@@ -135,6 +137,7 @@ def generate(blocks: int = 2, racks: int = 4, nvl: int = 2, nodes: int = 4, gpus
 
 
 _NODE = re.compile(r"([a-z0-9][a-z0-9.-]*)(?:\[([^\]]*)\])?")
+_TOKEN = re.compile(r"[^\s\[]+\[[^\]]*\]?|\S+")
 
 
 def parse(text: str) -> TopologySpec:
@@ -175,9 +178,10 @@ def parse(text: str) -> TopologySpec:
         if not sep:
             continue
         labels = _labels_for(scheme, stack, lineno)
-        for match in _NODE.finditer(rest):
-            if rest[match.start() - 1:match.start()] not in ("", " ", "\t"):
-                raise TopologyTextError(f"line {lineno}: cannot read node {rest[match.start():].split()[0]!r}")
+        for token in _TOKEN.findall(rest):
+            match = _NODE.fullmatch(token)
+            if not match:
+                raise TopologyTextError(f"line {lineno}: cannot read node {token!r} (NAME or NAME[FLAGS], lowercase)")
             name, flags = match.group(1), match.group(2)
             if name in seen:
                 raise TopologyTextError(f"line {lineno}: node {name} drawn twice")
@@ -186,9 +190,6 @@ def parse(text: str) -> TopologySpec:
             nodes.append(node)
             if in_use:
                 used[name] = in_use
-        leftover = _NODE.sub("", rest).strip()
-        if leftover:
-            raise TopologyTextError(f"line {lineno}: cannot read {leftover!r} among the nodes")
     if not nodes:
         raise TopologyTextError("the topology has no nodes")
     return TopologySpec(nodes, used, text)

@@ -170,26 +170,24 @@ def _presets_of(labels: Mapping[str, str]) -> set[str]:
 
 
 def node_facts(node: Mapping[str, Any], levels: Sequence[Level], gpu_resource: str = GPU_RESOURCE) -> NodeFacts:
-    meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
+    meta, spec, status = _d(node, "metadata"), _d(node, "spec"), _d(node, "status")
     labels = _labels(node)
     path = tuple(_level_value(labels, lvl.key) for lvl in levels)
     ready = True
-    for cond in status.get("conditions") or []:
+    for cond in _l(status, "conditions"):
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
     taints = tuple(
-        Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-        for t in spec.get("taints") or []
+        Taint(_s(t, "key"), _s(t, "value"), _s(t, "effect"))
+        for t in _l(spec, "taints")
         if isinstance(t, dict)
     )
-    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    allocatable = _d(status, "allocatable") or _d(status, "capacity")
     return NodeFacts(
-        name=str(meta.get("name", "")),
+        name=_s(meta, "name"),
         path=path,
         gpus=max(parse_count(allocatable.get(gpu_resource)), 0),
-        unschedulable=bool(spec.get("unschedulable")),
+        unschedulable=spec.get("unschedulable") is True,
         ready=ready,
         taints=taints,
     )
@@ -240,22 +238,20 @@ DEFAULT_TIMEOUT = 60.0
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    meta = _d(pod, "metadata")
+    return f"{_s(meta, 'namespace') or 'default'}/{_s(meta, 'name')}"
 
 
 def group_key(pod: Mapping[str, Any]) -> tuple[str, bool]:
     """(gang key, named): ``<ns>/<group>``, or ``<ns>/<pod>`` for a pod that names no group."""
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace") or "default"
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    ns = _s(_d(pod, "metadata"), "namespace") or "default"
+    labels, annotations = _labels(pod), _annotations(pod)
     for key in GROUP_LABELS:
         if labels.get(key):
             return f"{ns}/{labels[key]}", True
     if annotations.get(GROUP_ANNOTATION):
         return f"{ns}/{annotations[GROUP_ANNOTATION]}", True
-    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    group = _s(_d(_d(pod, "spec"), "schedulingGroup"), "podGroupName")
     if group:
         return f"{ns}/{group}", True
     return pod_key(pod), False
@@ -268,18 +264,18 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> int:
         each plain init container + the sidecars started before it) + overhead.
     A container with only a limit requests its limit (extended resources).
     """
-    spec = pod.get("spec") or {}
+    spec = _d(pod, "spec")
 
     def req(container: Mapping[str, Any]) -> int:
-        res = container.get("resources") or {}
-        value = (res.get("requests") or {}).get(gpu_resource)
+        res = _d(container, "resources")
+        value = _d(res, "requests").get(gpu_resource)
         if value is None:
-            value = (res.get("limits") or {}).get(gpu_resource)
+            value = _d(res, "limits").get(gpu_resource)
         return parse_count(value)
 
     sidecars = 0
     init_peak = 0
-    for c in spec.get("initContainers") or []:
+    for c in _l(spec, "initContainers"):
         if not isinstance(c, dict):
             continue
         if c.get("restartPolicy") == "Always":
@@ -287,42 +283,39 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> int:
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + req(c))
-    app = sum(req(c) for c in spec.get("containers") or [] if isinstance(c, dict)) + sidecars
-    overhead = parse_count((spec.get("overhead") or {}).get(gpu_resource))
+    app = sum(req(c) for c in _l(spec, "containers") if isinstance(c, dict)) + sidecars
+    overhead = parse_count(_d(spec, "overhead").get(gpu_resource))
     return max(app, init_peak) + overhead
 
 
 def pod_usage(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodUsage | None:
     """The GPUs a pod holds on its node, or None if it holds none."""
-    spec = pod.get("spec") or {}
-    node = spec.get("nodeName")
-    phase = (pod.get("status") or {}).get("phase")
+    node = _s(_d(pod, "spec"), "nodeName")
+    phase = _s(_d(pod, "status"), "phase")
     if not node or phase in ("Succeeded", "Failed"):
         return None
     gpus = pod_gpus(pod, gpu_resource)
     if gpus <= 0:
         return None
-    uid = (pod.get("metadata") or {}).get("uid") or pod_key(pod)
-    return PodUsage(uid=str(uid), node=str(node), gpus=gpus)
+    uid = _s(_d(pod, "metadata"), "uid") or pod_key(pod)
+    return PodUsage(uid=uid, node=node, gpus=gpus)
 
 
 def tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
     return tuple(
         Toleration(
-            key=str(t.get("key", "") or ""),
-            operator=str(t.get("operator", "Equal") or "Equal"),
-            value=str(t.get("value", "") or ""),
-            effect=str(t.get("effect", "") or ""),
+            key=_s(t, "key"),
+            operator=_s(t, "operator") or "Equal",
+            value=_s(t, "value"),
+            effect=_s(t, "effect"),
         )
-        for t in (pod.get("spec") or {}).get("tolerations") or []
+        for t in _l(_d(pod, "spec"), "tolerations")
         if isinstance(t, dict)
     )
 
 
 def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    labels, annotations = _labels(pod), _annotations(pod)
     for keys in RANKS:
         values = [labels.get(k, annotations.get(k)) for k in keys]
         if all(v is not None and str(v).isdigit() for v in values):
@@ -340,10 +333,9 @@ class PodGroupFacts:
 
 
 def podgroup_facts(pg: Mapping[str, Any]) -> PodGroupFacts:
-    meta = pg.get("metadata") or {}
-    spec = pg.get("spec") or {}
+    meta, spec = _d(pg, "metadata"), _d(pg, "spec")
     return PodGroupFacts(
-        key=f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}",
+        key=f"{_s(meta, 'namespace') or 'default'}/{_s(meta, 'name')}",
         min_member=spec.get("minMember"),
         timeout_seconds=spec.get("scheduleTimeoutSeconds"),
     )
@@ -373,7 +365,7 @@ def gang_spec(
       preferred: railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology.
     """
     problems: list[str] = []
-    annotations = [((p.get("metadata") or {}).get("annotations") or {}) for p in pods]
+    annotations = [_annotations(p) for p in pods]
 
     def setting(*names: str) -> tuple[str, str] | None:
         for name in names:
@@ -443,10 +435,31 @@ def group_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str,
     return gangs
 
 
+# -- defensive accessors: objects from files or the wire may have any shape ------------------
+
+
+def _d(obj: Any, key: str) -> dict[str, Any]:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _l(obj: Any, key: str) -> list[Any]:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def _s(obj: Any, key: str, default: str = "") -> str:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else default
+
+
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return labels if isinstance(labels, dict) else {}
+    return {k: v for k, v in _d(_d(obj, "metadata"), "labels").items() if isinstance(v, str)}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return {k: v for k, v in _d(_d(obj, "metadata"), "annotations").items() if isinstance(v, str)}
 
 
 def _name(objs: list[Mapping[str, Any]]) -> str:
-    return str((objs[0].get("metadata") or {}).get("name", "?")) if objs else "?"
+    return _s(_d(objs[0], "metadata"), "name", "?") if objs else "?"

@@ -135,6 +135,12 @@ def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
                 continue
             candidates.append((free - total, d, dom))
         candidates.sort(key=lambda c: (c[0], c[1]))
+        if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
+            # Equal fits: prefer the one whose parent (then grandparent...) has the least free,
+            # so the gang fills an already used branch and whole branches stay whole.
+            ties = [c for c in candidates if c[0] == candidates[0][0]]
+            ties.sort(key=lambda c: (_ancestor_free(topo, lvl, c[1], free_prefix), c[1]))
+            candidates[: len(ties)] = ties
         for _, _, dom in candidates:
             if len(classes) == 1 or _ffd(avail, dom.start, dom.end, classes) is not None:
                 taken = _allocate(topo, avail, dom, classes)
@@ -189,6 +195,16 @@ def _classes(sizes: Sequence[int]) -> list[tuple[int, int]]:
     for s in sizes:
         counts[s] = counts.get(s, 0) + 1
     return sorted(counts.items(), reverse=True)
+
+
+def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> tuple[int, ...]:
+    """Free GPUs of the domain's parent, grandparent, ... (nearest first)."""
+    out = []
+    parent = topo.parent[lvl][d]
+    for up in range(lvl - 1, -1, -1):
+        out.append(free_prefix[topo.end[up][parent]] - free_prefix[topo.start[up][parent]])
+        parent = topo.parent[up][parent]
+    return tuple(out)
 
 
 def _ffd(avail: list[int], start: int, end: int, classes: list[tuple[int, int]]) -> dict[int, dict[int, int]] | None:

@@ -1,0 +1,69 @@
+"""The drawing format: what it produces and how it refuses bad drawings."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender import topotext
+from extender.topotext import TopologyTextError
+
+
+def test_drawing_becomes_nodes_with_labels_capacity_and_flags():
+    spec = topotext.load("""
+    gpus 4
+    block b1
+      rack r1
+        nvl n1: h1 h2[1/4 cordoned] h3[8 notready]
+      rack r2: h4[taint=k=v:NoExecute label=pool=a]
+    """)
+    h1, h2, h3, h4 = spec.nodes
+    assert h1["metadata"]["labels"] == {
+        "network.topology.nvidia.com/block": "b1", "network.topology.nvidia.com/leaf": "r1",
+        "network.topology.nvidia.com/accelerator": "n1", "kubernetes.io/hostname": "h1", "type": "kwok"}
+    assert h1["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert h2["spec"]["unschedulable"] is True and spec.used_gpus == {"h2": 3}
+    assert h3["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert h3["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert h4["spec"]["taints"] == [{"key": "k", "value": "v", "effect": "NoExecute"}]
+    assert "network.topology.nvidia.com/accelerator" not in h4["metadata"]["labels"]
+    assert h4["metadata"]["labels"]["pool"] == "a"
+    (fill,) = spec.filler_pods()
+    assert fill["spec"]["nodeName"] == "h2"
+    assert fill["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "3"}
+
+
+def test_generator_expands_to_a_drawing():
+    spec = topotext.load("blocks=2 racks=3 nvl=2 nodes=4 gpus=8 scheme=gke")
+    assert len(spec.nodes) == 2 * 3 * 2 * 4
+    labels = spec.nodes[0]["metadata"]["labels"]
+    assert labels["cloud.google.com/gce-topology-block"] == "b1"
+    assert len({n["metadata"]["name"] for n in spec.nodes}) == 48
+
+
+def test_file_path(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("rack r1: a b\n")
+    assert [n["metadata"]["name"] for n in topotext.load(str(f)).nodes] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("rack r1: h1 h1", "line 1: node h1 drawn twice"),
+        ("scheme nope\nrack r1: h1", "unknown scheme 'nope'"),
+        ("planet p1: h1", "level word 'planet' has no label in scheme topograph"),
+        ("rack r1: h1[9/8]", "node h1: 9 free of 8 GPUs"),
+        ("rack r1: h1[bogus]", "node h1: unknown flag 'bogus'"),
+        ("rack r1: H1", "cannot read node 'H1'"),
+        ("rack: h1", "expected 'LEVEL VALUE'"),
+        ("", "the topology has no nodes"),
+        ("blocks=x", "blocks must be a positive integer"),
+        ("blocks=1 colour=red", "unknown key 'colour'"),
+        ("/nonexistent/dir/file.txt", "/nonexistent/dir/file.txt: no such file"),
+        ("rack r1: h1[8/8", "cannot read node 'h1[8/8'"),
+    ],
+)
+def test_bad_drawings_are_refused_with_the_line(text, message):
+    with pytest.raises(TopologyTextError) as err:
+        topotext.load(text)
+    assert message in str(err.value)
