@@ -1,0 +1,273 @@
+"""The HTTP face kube-scheduler talks to: the extender verbs, health, readiness, metrics.
+
+    POST <prefix>/filter | /prioritize | /bind | /preempt    (prefix default /scheduler)
+    GET  /healthz  /readyz  /metrics  /debug/gangs
+
+aiohttp with orjson, chosen by measurement (bench/README.md). The event loop serves filter,
+prioritize and preempt inline: they are in-memory and never wait on the network. A bind call
+may be held for minutes at the gang gate, so it runs on its own thread from a pool sized to
+the held-bind cap; filter keeps flowing while binds are held.
+
+Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt) or
+``max_held_binds`` bind calls the server answers 503 at once instead of queueing.
+
+Errors are translated here and only here (STYLE habit 11):
+
+    BadRequest (wire.py)        -> 400, message names the field (filter/bind: in ``Error``)
+    Busy                        -> 503, which cap was hit
+    RailyardError (core)        -> 200 with ``Error`` for filter and bind (the scheduler logs it
+                                   and retries the pod); 500 for prioritize and preempt
+    anything else               -> 500, logged with its traceback; the server keeps serving
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+import orjson
+from aiohttp import web
+
+from extender.adapters.http import wire
+from extender.adapters.http.verbs import VERBS
+from extender.core.verdicts import FilterVerdict
+
+try:
+    from extender.core.errors import RailyardError
+except ImportError:  # until the core's error hierarchy lands (issue 4); then drop this fallback
+    class RailyardError(Exception):  # type: ignore[no-redef]
+        pass
+
+log = logging.getLogger("railyard.http")
+
+
+class ExtenderHandler(Protocol):
+    """What the verbs call; implemented by ``extender.service``."""
+
+    def filter(self, pod: dict, node_names: list[str]) -> FilterVerdict: ...
+    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]: ...  # scores 0..10
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
+    def preempt(self, pod: dict, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
+    def ready(self) -> bool: ...
+    def debug_gangs(self) -> list[dict]: ...
+
+
+class ServerObserver(Protocol):
+    """The part of ``extender.adapters.metrics.Metrics`` the server uses."""
+
+    def verb_finished(self, verb: str, outcome: str, seconds: float) -> None: ...
+    def held_binds(self, n: int) -> None: ...
+    def exposition(self) -> tuple[bytes, str]: ...
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_body_bytes: int = 8 << 20
+    """Largest request body accepted; a filter with 5,000 names is about 120 KiB."""
+    max_in_flight: int = 256
+    """filter, prioritize and preempt calls being read or answered at once."""
+    max_held_binds: int = 1024
+    """bind calls in progress at once (each may be held until its gang's deadline)."""
+
+
+class Busy(Exception):
+    """A cap was reached; the call is refused at once."""
+
+
+@dataclass
+class _Counters:
+    in_flight: int = 0
+    held_binds: int = 0
+
+
+# Verbs whose reply type has an ``Error`` field the scheduler reads.
+_ERROR_FIELD_VERBS = ("filter", "bind")
+
+
+def _error_reply(verb: str, message: str) -> dict[str, Any]:
+    if verb == "filter":
+        return dict(wire.filter_error(message))
+    return {"Error": message}
+
+
+def _json(status: int, obj: Any) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type="application/json")
+
+
+class ExtenderServer:
+    """Runs the aiohttp application on its own thread and event loop."""
+
+    def __init__(self, handler: ExtenderHandler, observer: ServerObserver, *,
+                 host: str = "127.0.0.1", port: int = 8888, prefix: str = "/scheduler",
+                 limits: ServerLimits = ServerLimits(),
+                 ready_checks: Mapping[str, Callable[[], bool]] | None = None) -> None:
+        self.handler = handler
+        self.observer = observer
+        self.limits = limits
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self._host, self._port = host, port
+        self._ready_checks = dict(ready_checks or {})
+        self._counters = _Counters()
+        self._binds = ThreadPoolExecutor(max_workers=limits.max_held_binds, thread_name_prefix="bind")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.address: tuple[str, int] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def app(self) -> web.Application:
+        # The size check is ours (400 with a message); aiohttp's own would answer 413.
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
+        app.router.add_post(self.prefix + "/{verb}", self._verb)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/debug/gangs", self._debug_gangs)
+        return app
+
+    def start(self) -> tuple[str, int]:
+        """Bind and serve on a background thread; returns the bound (host, port)."""
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._start_site())
+            except BaseException as exc:  # reported to start()'s caller
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="http", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            raise OSError(f"cannot listen on {self._host}:{self._port}: {failure[0]}") from failure[0]
+        assert self.address is not None
+        return self.address
+
+    async def _start_site(self) -> None:
+        # aiohttp keeps idle connections for an hour (keepalive_timeout 3630 s), longer than
+        # Go's 90 s IdleConnTimeout, so the scheduler always closes first and never posts a
+        # filter on a connection we are closing at the same moment.
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port, backlog=1024)
+        await site.start()
+        sock = site._server.sockets[0]  # the port actually bound when port=0
+        self.address = sock.getsockname()[:2]
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._binds.shutdown(wait=False, cancel_futures=True)
+
+    # -- verbs ---------------------------------------------------------------------------
+    async def _verb(self, request: web.Request) -> web.Response:
+        verb = request.match_info["verb"]
+        call = VERBS.get(verb)
+        if call is None:
+            return _json(404, {"Error": f"unknown extender verb {verb!r}; railyard serves "
+                                        f"{', '.join(self.prefix + '/' + v for v in VERBS)}"})
+        started = time.perf_counter()
+        c = self._counters
+        held = verb == "bind"
+        counted = False
+        try:
+            if held:
+                if c.held_binds >= self.limits.max_held_binds:
+                    raise Busy(f"railyard busy: {c.held_binds} bind calls held, the cap is "
+                               f"{self.limits.max_held_binds}; the scheduler will retry the pod")
+                c.held_binds += 1
+                self.observer.held_binds(c.held_binds)
+            else:
+                if c.in_flight >= self.limits.max_in_flight:
+                    raise Busy(f"railyard busy: {c.in_flight} filter/prioritize/preempt calls in flight, "
+                               f"the cap is {self.limits.max_in_flight}")
+                c.in_flight += 1
+            counted = True
+            body = await self._read_json(request)
+            if held:
+                reply = await asyncio.get_running_loop().run_in_executor(self._binds, call, self.handler, body)
+            else:
+                reply = call(self.handler, body)
+            status, outcome = 200, "ok"
+        except wire.BadRequest as exc:
+            status, outcome, reply = 400, "bad_request", _error_reply(verb, f"bad {verb} request: {exc}")
+        except Busy as exc:
+            status, outcome, reply = 503, "busy", _error_reply(verb, str(exc))
+        except RailyardError as exc:
+            status = 200 if verb in _ERROR_FIELD_VERBS else 500
+            outcome, reply = "error", _error_reply(verb, str(exc))
+        except Exception as exc:
+            log.exception("%s failed", verb)
+            status, outcome = 500, "internal"
+            reply = _error_reply(verb, f"railyard internal error in {verb}: {type(exc).__name__}: {exc}")
+        finally:
+            if counted:
+                if held:
+                    c.held_binds -= 1
+                    self.observer.held_binds(c.held_binds)
+                else:
+                    c.in_flight -= 1
+        if outcome not in ("ok", "error"):
+            log.warning("%s %s: %s", verb, status, reply.get("Error"))
+        self.observer.verb_finished(verb, outcome, time.perf_counter() - started)
+        return _json(status, reply)
+
+    async def _read_json(self, request: web.Request) -> Any:
+        limit = self.limits.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise wire.BadRequest(f"body of {request.content_length} bytes is over the {limit}-byte limit")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # chunked body without Content-Length
+            raise wire.BadRequest(f"body is over the {limit}-byte limit") from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise wire.BadRequest(f"body is not valid JSON: {exc}") from None
+
+    # -- the rest ------------------------------------------------------------------------
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        checks = {"handler": self.handler.ready, **self._ready_checks}
+        lines, ok = [], True
+        for name, check in checks.items():
+            try:
+                passed = bool(check())
+            except Exception as exc:
+                log.exception("readiness check %s failed", name)
+                passed, name = False, f"{name} ({type(exc).__name__}: {exc})"
+            ok &= passed
+            lines.append(f"[{'+' if passed else '-'}]{name} {'ok' if passed else 'not ready'}")
+        lines.append("ready" if ok else "not ready")
+        return web.Response(status=200 if ok else 503, text="\n".join(lines) + "\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.observer.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _debug_gangs(self, request: web.Request) -> web.Response:
+        try:
+            gangs = self.handler.debug_gangs()
+        except Exception as exc:
+            log.exception("debug_gangs failed")
+            return _json(500, {"Error": f"debug_gangs failed: {type(exc).__name__}: {exc}"})
+        return web.Response(body=orjson.dumps(gangs, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS),
+                            content_type="application/json")

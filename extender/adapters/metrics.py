@@ -1,0 +1,120 @@
+"""Every Prometheus collector railyard exports, on one injected registry (docs/metrics.md).
+
+Other modules never touch prometheus_client: they call the typed helpers below. The registry
+is an argument so each test gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+# 50 us .. 10 s: filter and prioritize live well under 1 ms; a held bind lasts up to minutes
+# but is answered by the gang's timeout, so 10 s and +Inf separate them well enough.
+VERB_BUCKETS = (50e-6, 100e-6, 200e-6, 350e-6, 500e-6, 750e-6, 1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3,
+                10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0)
+PLAN_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+                250e-3, 500e-3, 1.0, 2.5)
+BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated")
+CACHE_KINDS = ("nodes", "pods", "podgroups")
+
+
+class Metrics:
+    """Typed helpers over railyard's collectors; every name starts with ``railyard_``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._clock = clock
+        self._last_watch_event: float | None = None
+        r = self.registry
+        self._verb = Histogram(
+            "railyard_verb_duration_seconds",
+            "Time to answer one extender call, by verb and outcome (bind includes time held at the gang gate).",
+            ["verb", "outcome"], buckets=VERB_BUCKETS, registry=r)
+        self._gangs = Counter(
+            "railyard_gangs_total", "Gangs that finished, by outcome.", ["outcome"], registry=r)
+        self._time_to_bind = Histogram(
+            "railyard_gang_time_to_bind_seconds",
+            "From the first member of a gang seen to every member bound.",
+            buckets=BIND_BUCKETS, registry=r)
+        self._held = Gauge(
+            "railyard_held_binds", "Bind calls currently held at the gang gate.", registry=r)
+        self._reserved_gangs = Gauge(
+            "railyard_reserved_gangs", "Gangs holding a reservation (planned, not yet bound).", registry=r)
+        self._reserved_gpus = Gauge(
+            "railyard_reserved_gpus", "GPUs reserved for planned gangs.", registry=r)
+        self._cache = Gauge(
+            "railyard_cache_objects", "Objects in the watch cache, by kind.", ["kind"], registry=r)
+        self._event_age = Gauge(
+            "railyard_last_watch_event_age_seconds",
+            "Seconds since the watch cache last received an event or list (-1 before the first).",
+            registry=r)
+        self._event_age.set_function(self._watch_event_age)
+        self._plan = Histogram(
+            "railyard_plan_duration_seconds", "Time to plan one gang's placement.",
+            buckets=PLAN_BUCKETS, registry=r)
+        self._binding_failures = Counter(
+            "railyard_binding_failures_total",
+            "Binding POSTs to the API server that failed (after which railyard retries or compensates).",
+            registry=r)
+        self._events_dropped = Counter(
+            "railyard_events_dropped_total",
+            "Kubernetes Events not sent because the event queue was full or the API server refused them.",
+            registry=r)
+        for outcome in GANG_OUTCOMES:
+            self._gangs.labels(outcome)
+        for kind in CACHE_KINDS:
+            self._cache.labels(kind)
+
+    # -- transport -----------------------------------------------------------------------
+    def verb_finished(self, verb: str, outcome: str, seconds: float) -> None:
+        self._verb.labels(verb, outcome).observe(seconds)
+
+    def held_binds(self, n: int) -> None:
+        self._held.set(n)
+
+    # -- gangs ---------------------------------------------------------------------------
+    def gang_finished(self, outcome: str) -> None:
+        if outcome not in GANG_OUTCOMES:
+            raise ValueError(f"unknown gang outcome {outcome!r}; expected one of {', '.join(GANG_OUTCOMES)}")
+        self._gangs.labels(outcome).inc()
+
+    def gang_time_to_bind(self, seconds: float) -> None:
+        self._time_to_bind.observe(seconds)
+
+    def reservations(self, gangs: int, gpus: int) -> None:
+        self._reserved_gangs.set(gangs)
+        self._reserved_gpus.set(gpus)
+
+    def plan_seconds(self, seconds: float) -> None:
+        self._plan.observe(seconds)
+
+    # -- Kubernetes ----------------------------------------------------------------------
+    def cache_objects(self, kind: str, n: int) -> None:
+        self._cache.labels(kind).set(n)
+
+    def watch_event(self) -> None:
+        """Called by the watch cache on every event and list."""
+        self._last_watch_event = self._clock()
+
+    def binding_failed(self) -> None:
+        self._binding_failures.inc()
+
+    def event_dropped(self) -> None:
+        self._events_dropped.inc()
+
+    # -- exposition ----------------------------------------------------------------------
+    def exposition(self) -> tuple[bytes, str]:
+        """The /metrics body and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _watch_event_age(self) -> float:
+        if self._last_watch_event is None:
+            return -1.0
+        return max(0.0, self._clock() - self._last_watch_event)

@@ -1,0 +1,242 @@
+"""The HTTP server over loopback: verbs, robustness, caps, held binds, health and metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.adapters.http.server import ExtenderServer, RailyardError, ServerLimits
+from extender.adapters.metrics import Metrics
+from extender.core.verdicts import FilterVerdict
+
+GOLDEN = Path(__file__).parent / "golden"
+FILTER_ARGS = (GOLDEN / "filter_args.json").read_bytes()
+BIND_ARGS = (GOLDEN / "bind_args.json").read_bytes()
+
+
+class GateHandler:
+    """The handler port: every node passes; bind waits on a gate until the test opens it."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.arrived = threading.Semaphore(0)
+        self.is_ready = False
+        self.bind_error: Exception | None = None
+
+    def filter(self, pod, node_names):
+        if pod["metadata"]["name"] == "explode":
+            raise KeyError("spec")
+        return FilterVerdict(node_names=tuple(node_names))
+
+    def prioritize(self, pod, node_names):
+        return [(n, 5) for n in node_names]
+
+    def bind(self, namespace, name, uid, node):
+        if self.bind_error:
+            raise self.bind_error
+        self.arrived.release()
+        if not self.gate.wait(10):
+            raise RailyardError(f"gang {namespace}/{name} timed out at bind")
+
+    def preempt(self, pod, victims):
+        return victims
+
+    def ready(self):
+        return self.is_ready
+
+    def debug_gangs(self):
+        return [{"gang": "ml/llama", "phase": "waiting at bind 1/4"}]
+
+
+@pytest.fixture
+def handler():
+    h = GateHandler()
+    yield h
+    h.gate.set()
+
+
+def start(handler, **limits):
+    metrics = Metrics(CollectorRegistry())
+    server = ExtenderServer(handler, metrics, host="127.0.0.1", port=0, limits=ServerLimits(**limits),
+                            ready_checks={"watch-cache": lambda: handler.is_ready})
+    server.start()
+    return server, metrics
+
+
+@pytest.fixture
+def served(handler):
+    server, metrics = start(handler, max_held_binds=2, max_in_flight=4, max_body_bytes=256 << 10)
+    yield server, metrics
+    server.stop()
+
+
+def request(server, method, path, body=None, timeout=5):
+    conn = http.client.HTTPConnection(*server.address, timeout=timeout)
+    conn.request(method, path, body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+def post(server, verb, body, **kw):
+    status, data = request(server, "POST", f"/scheduler/{verb}", body, **kw)
+    return status, json.loads(data)
+
+
+def test_filter_and_prioritize(served):
+    server, _ = served
+    status, reply = post(server, "filter", FILTER_ARGS)
+    assert status == 200
+    assert reply["NodeNames"] == ["gpu-001", "gpu-002", "gpu-003"] and reply["Error"] == ""
+    status, reply = post(server, "prioritize", FILTER_ARGS)
+    assert (status, reply[0]) == (200, {"Host": "gpu-001", "Score": 5})
+
+
+def test_five_thousand_names_pass_the_default_limit(handler):
+    server, _ = start(handler)
+    try:
+        body = json.loads(FILTER_ARGS)
+        body["NodeNames"] = [f"gpu-{i:05d}.rack-{i // 32:03d}.example.internal" for i in range(5000)]
+        status, reply = post(server, "filter", json.dumps(body))
+        assert status == 200 and len(reply["NodeNames"]) == 5000
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"{not json", "bad filter request: body is not valid JSON"),
+    (b"", "bad filter request: body is not valid JSON"),
+    (b"[]", "bad filter request: ExtenderArgs: expected a JSON object, got an array"),
+    (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1]}',
+     "bad filter request: ExtenderArgs.NodeNames[0]: expected a node name string, got an integer"),
+])
+def test_malformed_filter_is_400_with_error_field(served, body, message):
+    status, reply = post(served[0], "filter", body)
+    assert status == 400
+    assert reply["Error"].startswith(message)
+    assert reply["NodeNames"] is None and reply["FailedNodes"] == {}
+
+
+def test_malformed_bind_is_400_naming_the_field(served):
+    status, reply = post(served[0], "bind", b'{"PodName": "p", "PodNamespace": "ml", "Node": "n"}')
+    assert (status, reply) == (400, {"Error": "bad bind request: ExtenderBindingArgs.PodUID is missing"})
+
+
+def test_oversized_body_is_400(served):
+    body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["x" * 100] * 3000})
+    status, reply = post(served[0], "filter", body)
+    assert status == 400
+    assert reply["Error"] == f"bad filter request: body of {len(body)} bytes is over the {256 << 10}-byte limit"
+
+
+def test_oversized_chunked_body_is_400(served):
+    server, _ = served
+    conn = http.client.HTTPConnection(*server.address, timeout=5)
+    chunks = (b"x" * 65536 for _ in range(8))
+    conn.request("POST", "/scheduler/filter", chunks, {"Content-Type": "application/json"}, encode_chunked=True)
+    resp = conn.getresponse()
+    reply = json.loads(resp.read())
+    assert resp.status == 400 and reply["Error"] == f"bad filter request: body is over the {256 << 10}-byte limit"
+
+
+def test_unknown_verb_is_404(served):
+    status, reply = post(served[0], "reserve", FILTER_ARGS)
+    assert status == 404
+    assert reply["Error"].startswith("unknown extender verb 'reserve'; railyard serves /scheduler/filter")
+
+
+def test_handler_crash_is_500_and_the_server_keeps_serving(served):
+    server, metrics = served
+    body = json.loads(FILTER_ARGS)
+    body["Pod"]["metadata"]["name"] = "explode"
+    status, reply = post(server, "filter", json.dumps(body))
+    assert status == 500 and reply["Error"] == "railyard internal error in filter: KeyError: 'spec'"
+    assert post(server, "filter", FILTER_ARGS)[0] == 200
+    text = metrics.exposition()[0].decode()
+    assert 'railyard_verb_duration_seconds_count{outcome="internal",verb="filter"} 1.0' in text
+
+
+def test_bind_error_goes_in_the_error_field(served, handler):
+    handler.bind_error = RailyardError("gang ml/llama timed out at bind: 3 of 4 members arrived within 300 s")
+    status, reply = post(served[0], "bind", BIND_ARGS)
+    assert (status, reply) == (200, json.loads((GOLDEN / "bind_error.json").read_text()))
+
+
+def test_held_binds_do_not_block_filter_and_the_cap_answers_at_once(served, handler):
+    server, metrics = served
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(post(server, "bind", BIND_ARGS, timeout=20)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        assert handler.arrived.acquire(timeout=5)
+    # Both held: filter still answers, and a third bind is refused at once.
+    t0 = time.monotonic()
+    assert post(server, "filter", FILTER_ARGS)[0] == 200
+    status, reply = post(server, "bind", BIND_ARGS)
+    assert time.monotonic() - t0 < 1
+    assert status == 503
+    assert reply["Error"] == "railyard busy: 2 bind calls held, the cap is 2; the scheduler will retry the pod"
+    assert "railyard_held_binds 2.0" in metrics.exposition()[0].decode()
+    handler.gate.set()
+    for t in threads:
+        t.join(10)
+    assert results == [(200, {"Error": ""})] * 2
+    assert "railyard_held_binds 0.0" in metrics.exposition()[0].decode()
+
+
+def test_in_flight_cap_answers_at_once(handler):
+    server, _ = start(handler, max_in_flight=1)
+    slow = socket.create_connection(server.address)
+    try:
+        # A request whose body never finishes keeps its in-flight slot.
+        slow.sendall(b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        deadline = time.monotonic() + 5
+        while True:
+            status, reply = post(server, "prioritize", FILTER_ARGS)
+            if status == 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert status == 503
+        assert reply["Error"] == "railyard busy: 1 filter/prioritize/preempt calls in flight, the cap is 1"
+    finally:
+        slow.close()
+        server.stop()
+
+
+def test_readyz_follows_the_handler_and_checks(served, handler):
+    server, _ = served
+    status, text = request(server, "GET", "/readyz")
+    assert status == 503 and b"[-]handler not ready" in text and b"[-]watch-cache not ready" in text
+    handler.is_ready = True
+    assert request(server, "GET", "/readyz") == (200, b"[+]handler ok\n[+]watch-cache ok\nready\n")
+    assert request(server, "GET", "/healthz") == (200, b"ok\n")
+
+
+def test_metrics_and_debug_gangs(served):
+    server, _ = served
+    post(server, "filter", FILTER_ARGS)
+    status, text = request(server, "GET", "/metrics")
+    assert status == 200
+    assert b'railyard_verb_duration_seconds_bucket{le="5e-05",outcome="ok",verb="filter"}' in text
+    status, body = request(server, "GET", "/debug/gangs")
+    assert (status, json.loads(body)) == (200, [{"gang": "ml/llama", "phase": "waiting at bind 1/4"}])
+
+
+def test_prefix_is_configurable(handler):
+    server = ExtenderServer(handler, Metrics(CollectorRegistry()), port=0, prefix="/railyard/v1/")
+    server.start()
+    try:
+        assert request(server, "POST", "/railyard/v1/filter", FILTER_ARGS)[0] == 200
+        assert request(server, "POST", "/scheduler/filter", FILTER_ARGS)[0] == 404
+    finally:
+        server.stop()
