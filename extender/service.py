@@ -8,13 +8,20 @@ and hands facts to the core.
 from __future__ import annotations
 
 import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from extender.adapters import kubeobjects as ko
+from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut
+from extender.core.gang import HOLDING, Event, Phase, next_phase
 from extender.core.planner import NoPlacement, Placement, plan
-from extender.core.state import ClusterState, Reservation
-from extender.core.verdicts import explain_no_placement, explain_placement
+from extender.core.state import ClusterState, Reservation, claim_slot
+from extender.core.topology import format_path
+from extender.core.verdicts import FilterVerdict, explain_no_placement, explain_placement
+from extender.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -98,3 +105,561 @@ class WhatIf:
             placement={s.member: s.node for s in result.slots if s.member in members},
             reason=explain_placement(topo, result),
         )
+
+
+# -- the live extender ------------------------------------------------------------------------
+
+
+class Binder(Protocol):
+    """Writes to the API server (``adapters/k8s/binder.py``)."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def event(self, pod: dict, reason: str, message: str, type_: str = "Warning") -> None: ...
+
+
+class Observer(Protocol):
+    """What the service reports (``adapters/metrics.Metrics`` implements it)."""
+
+    def gang_finished(self, outcome: str) -> None: ...
+    def gang_time_to_bind(self, seconds: float) -> None: ...
+    def reservations(self, gangs: int, gpus: int) -> None: ...
+    def plan_seconds(self, seconds: float) -> None: ...
+    def cache_objects(self, kind: str, n: int) -> None: ...
+    def watch_event(self) -> None: ...
+    def binding_failed(self) -> None: ...
+
+
+class NullObserver:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+@dataclass
+class GangRecord:
+    """A gang as the live extender tracks it (guarded by the service lock)."""
+
+    key: str
+    first_seen: float
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    placement: Placement | None = None
+    deadline: float | None = None
+    quorum: int = 0
+    """GPU members that must be held at bind before any is bound."""
+    at_bind: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """member key -> (uid, node) of members held at bind."""
+    results: dict[str, str] = field(default_factory=dict)
+    """member key -> "" (bound) or the error, once the gang's Bindings were tried."""
+    round: int = 0
+    """Bumped whenever a reservation ends, so held binds of that round stop waiting."""
+    steer_misses: int = 0
+    members: tuple[str, ...] = ()
+    sized: bool = True
+    bound_at: float | None = None
+
+    def step(self, event: Event) -> None:
+        self.phase = next_phase(self.phase, event)
+
+
+class TopologyExtender:
+    """filter / prioritize / bind / preempt over the core, fed by the watch cache.
+
+    Thread-safe: one lock guards the state; bind calls wait on its condition, and the
+    Bindings themselves are created outside it.
+    """
+
+    def __init__(self, settings: Settings, binder: Binder, observer: Observer | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self.binder = binder
+        self.observer = observer or NullObserver()
+        self.clock = clock
+        self.gpu = settings.placement.gpu_resource
+        levels = ko.explicit_levels(settings.placement.levels) if settings.placement.levels else None
+        self._fixed_levels = levels.levels if levels else None
+        self.state = ClusterState(self._fixed_levels or ())
+        self.level_problems: tuple[str, ...] = levels.problems if levels else ()
+        self._cond = threading.Condition(threading.RLock())
+        self._nodes: dict[str, dict] = {}
+        self._presets: frozenset[str] = frozenset()
+        self._levels_stale = False
+        self._pending: dict[str, dict] = {}
+        """Unbound, not finished pods that ask for GPUs or name a gang, by ``ns/name``."""
+        self._bound: dict[str, tuple[str, str]] = {}
+        """uid -> (gang key, pod key) of bound pods of named gangs (for preempt)."""
+        self._seen: dict[str, tuple[str, bool, int]] = {}
+        """pod key -> (gang key, named, gpus) for pods filter saw: bind only carries names."""
+        self._gangs: dict[str, GangRecord] = {}
+        self._podgroups: dict[str, ko.PodGroupFacts] = {}
+        self._synced: set[str] = set()
+
+    # -- cache sink ---------------------------------------------------------------------------
+
+    def node_upserted(self, node: dict) -> None:
+        with self._cond:
+            name = _name_of(node)
+            if not name:
+                return
+            self._nodes[name] = node
+            if self._fixed_levels is None and not ko.presets_of(node) <= self._presets:
+                self._levels_stale = True
+            self.state.upsert_node(ko.node_facts(node, self.state.levels, self.gpu))
+            self.observer.watch_event()
+
+    def node_deleted(self, name: str) -> None:
+        with self._cond:
+            self._nodes.pop(name, None)
+            self.state.delete_node(name)
+            for rec in list(self._gangs.values()):
+                if rec.phase in HOLDING and rec.phase != Phase.BINDING and rec.placement and any(
+                        s.node == name for s in rec.placement.slots):
+                    self._release(rec, Event.NODE_LOST, f"node {name} was deleted while gang {rec.key} "
+                                  f"waited; planning again")
+            self.observer.watch_event()
+
+    def pod_upserted(self, pod: dict) -> None:
+        with self._cond:
+            self._pod_changed(pod)
+            self.observer.watch_event()
+
+    def pod_deleted(self, pod: dict) -> None:
+        with self._cond:
+            key = ko.pod_key(pod)
+            uid = _uid_of(pod) or key
+            self.state.delete_pod(uid)
+            self._bound.pop(uid, None)
+            self._pending.pop(key, None)
+            self._seen.pop(key, None)
+            gang, named = ko.group_key(pod)
+            rec = self._gangs.get(gang)
+            if named and rec is not None and rec.phase in (Phase.PLANNED, Phase.WAITING) and key in rec.members:
+                self._release(rec, Event.MEMBER_LOST, f"member {key} was deleted while gang {gang} "
+                              f"waited; planning again")
+            self.observer.watch_event()
+
+    def podgroup_upserted(self, pg: dict) -> None:
+        with self._cond:
+            facts = ko.podgroup_facts(pg)
+            self._podgroups[facts.key] = facts
+
+    def podgroup_deleted(self, namespace: str, name: str) -> None:
+        with self._cond:
+            self._podgroups.pop(f"{namespace}/{name}", None)
+
+    def relisted(self, kind: str, objects: list[dict]) -> None:
+        with self._cond:
+            if kind == "nodes":
+                self._nodes = {n: o for o in objects if (n := _name_of(o))}
+                self._redetect(force=True)
+            elif kind == "pods":
+                for uid in list(self.state._pods):  # a full replacement
+                    self.state.delete_pod(uid)
+                self._pending.clear()
+                self._bound.clear()
+                for pod in objects:
+                    self._pod_changed(pod)
+            elif kind == "podgroups":
+                self._podgroups = {f.key: f for f in map(ko.podgroup_facts, objects)}
+            self._synced.add(kind)
+            self.observer.cache_objects(kind, len(objects))
+            self.observer.watch_event()
+
+    def mark_synced(self, kind: str) -> None:
+        """A kind that does not exist in this cluster (the PodGroup CRD) counts as synced."""
+        with self._cond:
+            self._synced.add(kind)
+
+    def ready(self) -> bool:
+        with self._cond:
+            return {"nodes", "pods", "podgroups"} <= self._synced
+
+    def _pod_changed(self, pod: dict) -> None:
+        key = ko.pod_key(pod)
+        uid = _uid_of(pod) or key
+        gang, named = ko.group_key(pod)
+        phase = ko.pod_phase(pod)
+        node = ko.pod_node(pod)
+        if phase in ("Succeeded", "Failed"):
+            self.state.delete_pod(uid)
+            self._bound.pop(uid, None)
+            self._pending.pop(key, None)
+            return
+        if node:
+            self._pending.pop(key, None)
+            usage = ko.pod_usage(pod, self.gpu)
+            if usage is not None:
+                self.state.upsert_pod(usage, member_key=key)
+            if named:
+                self._bound[uid] = (gang, key)
+            return
+        if named or ko.pod_gpus(pod, self.gpu) > 0:
+            self._pending[key] = pod
+
+    def _redetect(self, force: bool = False) -> None:
+        if self._fixed_levels is not None:
+            levels = self._fixed_levels
+        elif force or self._levels_stale:
+            choice = ko.detect_levels(self._nodes.values())
+            levels, self.level_problems = choice.levels, choice.problems
+            self._presets = frozenset(p for n in self._nodes.values() for p in ko.presets_of(n))
+            self._levels_stale = False
+        else:
+            return
+        self.state.set_levels(levels, [ko.node_facts(n, levels, self.gpu) for n in self._nodes.values()])
+
+    # -- filter / prioritize ------------------------------------------------------------------
+
+    def filter(self, pod: dict, node_names: list[str]) -> FilterVerdict:
+        gpus = ko.pod_gpus(pod, self.gpu)
+        if gpus == 0:
+            return FilterVerdict(tuple(node_names))
+        with self._cond:
+            now = self.clock()
+            self._expire(now)
+            if self._levels_stale:
+                self._redetect()
+            key = ko.pod_key(pod)
+            gang, named = ko.group_key(pod)
+            self._seen[key] = (gang, named, gpus)
+            if not ko.pod_node(pod):
+                self._pending.setdefault(key, pod)
+            if not named:
+                return self._filter_single(gpus, node_names)
+            rec = self._gang(gang, now)
+            if rec.phase in (Phase.TIMED_OUT, Phase.REJECTED, Phase.BOUND):
+                rec.step(Event.RETRY)
+            if rec.phase in (Phase.PLANNED, Phase.WAITING) and not rec.sized and key not in rec.members:
+                self._release(rec, Event.RETRY, f"gang {gang} grew to include {key}; planning again")
+            if rec.phase == Phase.PENDING:
+                self._plan(rec, now, pod)
+            if rec.phase not in HOLDING:
+                self.binder.event(pod, "GangUnschedulable", rec.reason)
+                failed = {n: rec.reason for n in node_names}
+                if rec.phase == Phase.REJECTED:
+                    return FilterVerdict((), {}, failed)
+                return FilterVerdict((), failed)
+            slot = self.state.slot_of(key) or claim_slot(self.state, gang, key, gpus)
+            if slot is None:
+                reason = (f"gang {gang} has {rec.quorum} planned GPU members and every slot is taken; "
+                          f"pod {key} is one too many (set railyard.io/min-member)")
+                return FilterVerdict((), {}, {n: reason for n in node_names})
+            if slot.node in node_names:
+                where = _where(self.state, rec.placement)
+                reason = f"gang {gang} reserved node {slot.node} for {key} ({where})"
+                return FilterVerdict((slot.node,), {n: reason for n in node_names if n != slot.node})
+            rec.steer_misses += 1
+            reason = (f"node {slot.node} planned for {key} (gang {gang}) was rejected by kube-scheduler's "
+                      f"own filters ({rec.steer_misses}/{self.settings.gangs.steer_misses_before_replan} "
+                      f"before planning again)")
+            if rec.steer_misses >= self.settings.gangs.steer_misses_before_replan and rec.phase == Phase.PLANNED:
+                self._release(rec, Event.RETRY, reason)
+            return FilterVerdict((), {n: reason for n in node_names})
+
+    def _filter_single(self, gpus: int, node_names: list[str]) -> FilterVerdict:
+        passed, failed = [], {}
+        snap = self.state.snapshot()
+        index = snap.topology.index
+        for name in node_names:
+            i = index.get(name)
+            if i is None:
+                passed.append(name)  # not in the cache yet: the scheduler's own fit check decides
+                continue
+            free = snap.free[i]
+            if free >= gpus and snap.blocked[i] is None:
+                passed.append(name)
+                continue
+            reserved = snap.reserved[i]
+            failed[name] = (f"node {name} has {max(free, 0)} free GPUs ({reserved} reserved for gangs); "
+                            f"pod needs {gpus}")
+        return FilterVerdict(tuple(passed), failed)
+
+    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]:
+        gpus = ko.pod_gpus(pod, self.gpu)
+        with self._cond:
+            key = ko.pod_key(pod)
+            slot = self.state.slot_of(key)
+            if slot is not None:
+                return [(n, 10 if n == slot.node else 0) for n in node_names]
+            scores = []
+            for name in node_names:
+                node = self.state.node(name)
+                if node is None or gpus == 0 or node.gpus == 0:
+                    scores.append((name, 0))
+                    continue
+                leftover = max(self.state.free(name) - gpus, 0)
+                # Best fit: the fewer GPUs a pod leaves free on a node, the higher the score.
+                scores.append((name, round(10 * (1 - leftover / node.gpus))))
+            return scores
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _gang(self, key: str, now: float) -> GangRecord:
+        rec = self._gangs.get(key)
+        if rec is None:
+            rec = self._gangs[key] = GangRecord(key, now)
+        return rec
+
+    def _plan(self, rec: GangRecord, now: float, pod: dict) -> None:
+        members = [p for p in self._pending.values() if ko.group_key(p)[0] == rec.key]
+        if not any(ko.pod_key(p) == ko.pod_key(pod) for p in members):
+            members.append(pod)
+        members.sort(key=lambda p: ko.pod_key(p))
+        spec = ko.gang_spec(rec.key, members, self._podgroups, self.gpu)
+        rec.sized = ko.is_sized(members, self._podgroups.get(rec.key))
+        started = time.perf_counter()
+        result = plan(spec, self.state.snapshot())
+        self.observer.plan_seconds(time.perf_counter() - started)
+        topo = self.state.topology
+        rec.at_bind.clear()
+        rec.results.clear()
+        rec.steer_misses = 0
+        if isinstance(result, NoPlacement):
+            rec.reason = explain_no_placement(topo, result)
+            rec.placement = None
+            rec.step(Event.INVALID if result.invalid else Event.UNPLACEABLE)
+            if rec.phase == Phase.REJECTED:
+                self.observer.gang_finished("rejected")
+            return
+        timeout = spec.timeout_seconds if spec.timeout_seconds else self.settings.gangs.default_timeout_seconds
+        rec.deadline = now + timeout
+        rec.placement = result
+        rec.members = tuple(m.key for m in spec.members)
+        rec.quorum = sum(1 for s in result.slots if s.gpus > 0)
+        rec.reason = explain_placement(topo, result)
+        self.state.reserve(Reservation(rec.key, tuple(s for s in result.slots if s.gpus > 0), rec.deadline))
+        rec.step(Event.PLANNED)
+        self._report_reservations()
+
+    def _release(self, rec: GangRecord, event: Event, reason: str) -> None:
+        self.state.release(rec.key)
+        rec.step(event)
+        rec.reason = reason
+        rec.round += 1
+        rec.at_bind.clear()
+        self._report_reservations()
+        self._cond.notify_all()
+
+    def _expire(self, now: float) -> None:
+        for key in self.state.expired(now):
+            rec = self._gangs.get(key)
+            if rec is None:
+                self.state.release(key)
+            elif rec.phase in (Phase.PLANNED, Phase.WAITING):
+                self._time_out(rec)
+            elif rec.phase == Phase.BOUND:
+                self.state.release(key)  # slots of bound pods the watch never showed
+                self._report_reservations()
+
+    def _time_out(self, rec: GangRecord) -> None:
+        waiting = len(rec.at_bind)
+        missing = [m for m in rec.members if m not in rec.at_bind]
+        reason = (f"gang {rec.key} timed out at bind: {waiting}/{rec.quorum} GPU members arrived within "
+                  f"{_seconds(rec)}; not arrived: {', '.join(missing[:5]) or 'members not created yet'}"
+                  f"{' ...' if len(missing) > 5 else ''}")
+        self._release(rec, Event.DEADLINE, reason)
+        self.observer.gang_finished("timed_out")
+
+    def _report_reservations(self) -> None:
+        res = self.state.reservations()
+        self.observer.reservations(len(res), sum(r.gpus for r in res.values()))
+
+    # -- bind: the gang's permit gate ---------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        key = f"{namespace}/{name}"
+        with self._cond:
+            now = self.clock()
+            self._expire(now)
+            seen = self._seen.get(key)
+            if seen is None:
+                pod = self._pending.get(key)
+                if pod is None:
+                    raise BindRefused(f"pod {key} is unknown to railyard (not seen by filter, not in the "
+                                      f"cache); the scheduler will retry it")
+                gang, named = ko.group_key(pod)
+            else:
+                gang, named, _ = seen
+            rec = self._gangs.get(gang) if named else None
+        if rec is None:
+            self._bind_one(namespace, name, uid, node)
+            return
+        with self._cond:
+            if rec.phase not in (Phase.PLANNED, Phase.WAITING):
+                raise GangReleased(f"gang {gang} is {rec.phase.value}, not planned: {rec.reason}")
+            slot = self.state.slot_of(key)
+            if slot is None or slot.node != node:
+                planned = slot.node if slot else "no node"
+                raise BindRefused(f"pod {key} was sent to bind on {node} but gang {gang} planned {planned}")
+            rec.at_bind[key] = (uid, node)
+            round_ = rec.round
+            if len(rec.at_bind) < rec.quorum:
+                rec.step(Event.MEMBER_AT_BIND)
+                self._wait(rec, key, round_)
+                return
+            rec.step(Event.QUORUM)
+            members = dict(rec.at_bind)
+        self._bind_gang(rec, members, round_)
+        with self._cond:
+            error = rec.results.get(key)
+        if error:
+            raise BindingFailed(error)
+
+    def _wait(self, rec: GangRecord, key: str, round_: int) -> None:
+        """Hold this bind call until the gang's Bindings are done or its round ends."""
+        while True:
+            if key in rec.results and rec.round == round_:
+                if rec.results[key]:
+                    raise BindingFailed(rec.results[key])
+                return
+            if rec.round != round_:
+                if rec.phase == Phase.TIMED_OUT:
+                    raise GangTimedOut(rec.reason)
+                raise GangReleased(rec.reason)
+            remaining = (rec.deadline or 0) - self.clock()
+            if remaining <= 0 and rec.phase in (Phase.PLANNED, Phase.WAITING):
+                self._time_out(rec)
+                continue
+            self._cond.wait(timeout=max(min(remaining, 1.0), 0.01))
+
+    def _bind_gang(self, rec: GangRecord, members: dict[str, tuple[str, str]], round_: int) -> None:
+        """Create every member's Binding at once; if some fail after retries, evict the rest."""
+        def attempt(item: tuple[str, tuple[str, str]]) -> tuple[str, str]:
+            key, (uid, node) = item
+            ns, name = key.split("/", 1)
+            error = ""
+            for i in range(self.settings.gangs.bind_attempts):
+                try:
+                    self.binder.bind(ns, name, uid, node)
+                    return key, ""
+                except Exception as exc:  # the binder's errors carry the API server's words
+                    error = f"binding {key} to {node} failed: {exc}"
+                    self.observer.binding_failed()
+                    time.sleep(0.05 * 2 ** i)
+            return key, error
+
+        with ThreadPoolExecutor(max_workers=min(32, len(members))) as pool:
+            results = dict(pool.map(attempt, members.items()))
+        failed = {k: e for k, e in results.items() if e}
+        with self._cond:
+            now = self.clock()
+            if not failed:
+                rec.results = dict(results)
+                rec.step(Event.BOUND)
+                rec.bound_at = now
+                rec.reason = f"gang {rec.key} bound: {len(members)} pods"
+                self.observer.gang_finished("bound")
+                self.observer.gang_time_to_bind(now - rec.first_seen)
+                # Slots are consumed as the watch shows each pod bound; drop leftovers soon.
+                self.state.extend(rec.key, now + 30.0)
+                self._cond.notify_all()
+                return
+            # Compensate: never leave part of a gang bound. Evict the members bound so the gang
+            # restarts whole; their controllers create new pods, which are planned again.
+            for key in results:
+                if not results[key]:
+                    ns, name = key.split("/", 1)
+                    try:
+                        self.binder.delete_pod(ns, name, members[key][0])
+                    except Exception as exc:
+                        failed[key] = f"evicting {key} after a failed gang bind failed too: {exc}"
+            first = next(iter(failed.values()))
+            reason = (f"gang {rec.key}: {len(failed)}/{len(members)} Bindings failed ({first}); "
+                      f"{len(members) - len(failed)} bound members evicted so the gang restarts whole")
+            rec.results = {k: reason for k in members}
+            self.state.release(rec.key)
+            rec.step(Event.BIND_FAILED)
+            rec.reason = reason
+            self.observer.gang_finished("compensated")
+            self._report_reservations()
+            self._cond.notify_all()
+
+    def _bind_one(self, namespace: str, name: str, uid: str, node: str) -> None:
+        error = ""
+        for i in range(self.settings.gangs.bind_attempts):
+            try:
+                self.binder.bind(namespace, name, uid, node)
+                return
+            except Exception as exc:
+                error = str(exc)
+                self.observer.binding_failed()
+                time.sleep(0.05 * 2 ** i)
+        raise BindingFailed(f"binding {namespace}/{name} to {node} failed: {error}")
+
+    # -- preempt ------------------------------------------------------------------------------
+
+    def preempt(self, pod: dict, victims: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Keep only candidate nodes whose eviction breaks no running gang and frees GPUs that
+        are not reserved for another gang.
+
+        - A victim that belongs to a gang of several pods vetoes the node, unless every bound
+          member of that gang is among this node's victims.
+        - After the victims leave, the node must have the pod's GPUs free without touching GPUs
+          reserved for other gangs (or the pod's own planned slot must be on it).
+        """
+        gpus = ko.pod_gpus(pod, self.gpu)
+        key = ko.pod_key(pod)
+        with self._cond:
+            own = self.state.slot_of(key)
+            by_gang: dict[str, set[str]] = {}
+            for uid, (gang, _) in self._bound.items():
+                by_gang.setdefault(gang, set()).add(uid)
+            kept = {}
+            for node, uids in victims.items():
+                chosen = set(uids)
+                broken = [g for uid in uids if (g := self._bound.get(uid, (None,))[0])
+                          and len(by_gang[g]) > 1 and not by_gang[g] <= chosen]
+                if broken:
+                    continue
+                freed = sum(u.gpus for uid in uids if (u := self.state._pods.get(uid)) and u.node == node)
+                free = self.state.free(node) + freed + (own.gpus if own and own.node == node else 0)
+                if gpus and free < gpus:
+                    continue
+                kept[node] = list(uids)
+            return kept
+
+    # -- explain ------------------------------------------------------------------------------
+
+    def debug_gangs(self) -> list[dict]:
+        with self._cond:
+            now = self.clock()
+            out = []
+            for rec in self._gangs.values():
+                phase = rec.phase.value
+                if rec.phase == Phase.WAITING:
+                    phase = f"waiting at bind {len(rec.at_bind)}/{rec.quorum}"
+                out.append({
+                    "gang": rec.key,
+                    "phase": phase,
+                    "plan": {s.member: s.node for s in rec.placement.slots} if rec.placement else {},
+                    "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
+                    "reason": rec.reason,
+                })
+            return out
+
+
+def _name_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _uid_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _where(state: ClusterState, placement: Placement | None) -> str:
+    if placement is None:
+        return "no plan"
+    topo = state.topology
+    if placement.level < 0:
+        return "planned across the cluster"
+    return f"planned within {topo.level_key(placement.level)} {format_path(placement.domain.path)}"
+
+
+def _seconds(rec: GangRecord) -> str:
+    if rec.deadline is None:
+        return "its timeout"
+    return f"{rec.deadline - rec.first_seen:.0f}s"

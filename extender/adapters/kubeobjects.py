@@ -147,6 +147,11 @@ def nodes_at(nodes: Iterable[Mapping[str, Any]], idx: Sequence[int]) -> Iterable
     return (n for i, n in enumerate(nodes) if i in wanted)
 
 
+def presets_of(node: Mapping[str, Any]) -> frozenset[str]:
+    """The label presets a node carries labels of."""
+    return frozenset(_presets_of(_labels(node)))
+
+
 def _presets_of(labels: Mapping[str, str]) -> set[str]:
     found = set()
     for key in labels:
@@ -286,6 +291,21 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> int:
     app = sum(req(c) for c in _l(spec, "containers") if isinstance(c, dict)) + sidecars
     overhead = parse_count(_d(spec, "overhead").get(gpu_resource))
     return max(app, init_peak) + overhead
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    return _s(_d(pod, "status"), "phase")
+
+
+def pod_node(pod: Mapping[str, Any]) -> str:
+    return _s(_d(pod, "spec"), "nodeName")
+
+
+def is_sized(pods: Sequence[Mapping[str, Any]], pg: "PodGroupFacts | None") -> bool:
+    """Whether the gang states its size (else it is the members seen, and may grow)."""
+    if pg is not None and pg.min_member is not None:
+        return True
+    return any(MIN_MEMBER in _annotations(p) or KUEUE_TOTAL in _annotations(p) for p in pods)
 
 
 def pod_usage(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodUsage | None:

@@ -166,6 +166,18 @@ class ClusterState:
         held = self._reserved_by_member.get(member_key)
         return held[1] if held else None
 
+    def rename_slot(self, gang: str, old: str, new: str) -> None:
+        res = self._reservations[gang]
+        slots = tuple(Slot(new, s.node, s.gpus) if s.member == old else s for s in res.slots)
+        self._reservations[gang] = Reservation(gang, slots, res.deadline)
+        _, slot = self._reserved_by_member.pop(old)
+        self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus))
+
+    def extend(self, gang: str, deadline: float) -> None:
+        res = self._reservations.get(gang)
+        if res is not None:
+            self._reservations[gang] = Reservation(gang, res.slots, deadline)
+
     def expired(self, now: float) -> list[str]:
         return [g for g, r in self._reservations.items() if r.deadline <= now]
 
@@ -257,3 +269,15 @@ class ClusterState:
     def _index_in(self, i: int) -> None:
         if self._blocked[i] is None and self._free[i] > 0:
             self._by_free.setdefault(self._free[i], set()).add(i)
+
+
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> Slot | None:
+    """Give a member created after planning one of the slots reserved for missing members."""
+    res = state.reservation(gang)
+    if res is None:
+        return None
+    for slot in res.slots:
+        if slot.member.startswith(f"{gang}#") and slot.gpus == gpus:
+            state.rename_slot(gang, slot.member, member)
+            return state.slot_of(member)
+    return None

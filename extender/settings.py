@@ -1,0 +1,120 @@
+"""railyard's settings: a tree of frozen dataclasses with documented defaults.
+
+Only ``app.py`` reads flags, files and the environment; everything else receives these.
+``validate()`` returns every problem at once, so an operator fixes a config in one pass.
+A YAML file (``railyard serve --config FILE``) mirrors the tree::
+
+    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
+    gangs: {default_timeout_seconds: 60, bind_attempts: 3}
+    server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    levels: tuple[str, ...] = ()
+    """Topology label keys, broadest first. Empty: detected from the labels nodes carry."""
+    gpu_resource: str = "nvidia.com/gpu"
+    """The extended resource counted as GPUs."""
+
+
+@dataclass(frozen=True)
+class GangSettings:
+    default_timeout_seconds: float = 60.0
+    """How long members wait at bind for the rest of their gang, unless the gang says otherwise."""
+    bind_attempts: int = 3
+    """Tries per Binding before the compensating action (evicting the members already bound)."""
+    steer_misses_before_replan: int = 3
+    """Filter calls in which the scheduler's own filters rejected a member's planned node before
+    the gang is planned again elsewhere."""
+    event_interval_seconds: float = 30.0
+    """At most one Kubernetes Event per pod and reason in this interval."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    listen: str = "127.0.0.1:8888"
+    """host:port of the extender's HTTP endpoint. Loopback by default: a sidecar."""
+    prefix: str = "/scheduler"
+    """urlPrefix path the scheduler's extender config points at."""
+    max_body_bytes: int = 8 << 20
+    max_in_flight: int = 256
+    """filter, prioritize and preempt calls served at once; more are refused at once."""
+    max_held_binds: int = 1024
+    """bind calls held at once (each may wait for its gang); more are refused at once."""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    gangs: GangSettings = field(default_factory=GangSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    kubeconfig: str = ""
+    """Empty: in-cluster configuration."""
+    scheduler_config: str = ""
+    """kube-scheduler's KubeSchedulerConfiguration, if readable: its extender httpTimeout is checked."""
+
+    def validate(self) -> list[str]:
+        problems = []
+        host, _, port = self.server.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            problems.append(f"server.listen must be HOST:PORT, got {self.server.listen!r}")
+        if not self.server.prefix.startswith("/"):
+            problems.append(f"server.prefix must start with '/', got {self.server.prefix!r}")
+        for name in ("max_body_bytes", "max_in_flight", "max_held_binds"):
+            if getattr(self.server, name) <= 0:
+                problems.append(f"server.{name} must be positive")
+        if bool(self.server.tls_cert_file) != bool(self.server.tls_key_file):
+            problems.append("server.tls_cert_file and server.tls_key_file go together")
+        if self.gangs.default_timeout_seconds <= 0:
+            problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.bind_attempts < 1:
+            problems.append("gangs.bind_attempts must be at least 1")
+        if self.gangs.steer_misses_before_replan < 1:
+            problems.append("gangs.steer_misses_before_replan must be at least 1")
+        if len(set(self.placement.levels)) != len(self.placement.levels):
+            problems.append("placement.levels lists a key twice")
+        if not self.placement.gpu_resource:
+            problems.append("placement.gpu_resource must not be empty")
+        return problems
+
+
+def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[Settings, list[str]]:
+    """Overlay a parsed YAML mapping on ``base``; unknown keys and wrong types are problems."""
+    problems: list[str] = []
+
+    def overlay(obj: Any, values: Any, path: str) -> Any:
+        if not isinstance(values, Mapping):
+            problems.append(f"{path or 'settings'} must be a mapping")
+            return obj
+        changes = {}
+        fields = {f.name: f for f in dataclasses.fields(obj)}
+        for key, value in values.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key not in fields:
+                problems.append(f"unknown setting {where}")
+                continue
+            current = getattr(obj, key)
+            if dataclasses.is_dataclass(current):
+                changes[key] = overlay(current, value, where)
+            elif isinstance(current, tuple):
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    problems.append(f"{where} must be a list of strings")
+                else:
+                    changes[key] = tuple(value)
+            elif isinstance(current, bool) or not isinstance(value, (type(current), int)) or isinstance(value, bool):
+                problems.append(f"{where} must be a {type(current).__name__}, got {value!r}")
+            else:
+                changes[key] = type(current)(value)
+        return dataclasses.replace(obj, **changes)
+
+    settings = overlay(base, data or {}, "")
+    return settings, problems

@@ -1,0 +1,260 @@
+"""The live extender's verbs over the core, with an in-memory Binder port (no transport)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from extender import topotext
+from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut
+from extender.service import TopologyExtender
+from extender.settings import Settings
+from tests.topologies import TWO_RACKS, gang, pod
+
+
+class MemoryBinder:
+    """Records Bindings instead of POSTing them; can be told to fail for some pods."""
+
+    def __init__(self, fail: set[str] = frozenset()):
+        self.bound: list[tuple[str, str]] = []
+        self.deleted: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.fail = set(fail)
+        self.lock = threading.Lock()
+
+    def bind(self, namespace, name, uid, node):
+        if f"{namespace}/{name}" in self.fail:
+            raise RuntimeError("Operation cannot be fulfilled: precondition failed")
+        with self.lock:
+            self.bound.append((f"{namespace}/{name}", node))
+
+    def delete_pod(self, namespace, name, uid):
+        self.deleted.append(f"{namespace}/{name}")
+
+    def event(self, pod, reason, message, type_="Warning"):
+        self.events.append((reason, message))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def extender(drawing=TWO_RACKS, fail=frozenset()):
+    binder, clock = MemoryBinder(fail), Clock()
+    ext = TopologyExtender(Settings(), binder, clock=clock)
+    spec = topotext.load(drawing)
+    ext.relisted("nodes", spec.nodes)
+    ext.relisted("pods", spec.filler_pods())
+    ext.relisted("podgroups", [])
+    return ext, binder, clock
+
+
+NODES = ["h1", "h2", "h3", "h4", "h5", "h6"]
+
+
+def create(ext, pods):
+    """What the watch shows when a controller creates the pods."""
+    for p in pods:
+        ext.pod_upserted(p)
+
+
+def steer(ext, pods):
+    """Create, then filter every member; return {pod key: the one node it may go to}."""
+    create(ext, pods)
+    out = {}
+    for p in pods:
+        v = ext.filter(p, NODES)
+        assert len(v.node_names) == 1, v
+        out[f"ml/{p['metadata']['name']}"] = v.node_names[0]
+    return out
+
+
+def bind_async(ext, p, node, errors):
+    def run():
+        try:
+            ext.bind("ml", p["metadata"]["name"], p["metadata"]["uid"], node)
+        except Exception as exc:
+            errors[p["metadata"]["name"]] = exc
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def wait_until(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_gang_binds_all_at_once_and_not_before():
+    ext, binder, _ = extender()
+    pods = gang("g", 3, 8, annotations={"railyard.io/min-member": "3"})
+    plan = steer(ext, pods)
+    assert set(plan.values()) == {"h1", "h2", "h3"}  # one rack (r1)
+    errors = {}
+    threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    assert binder.bound == []  # nobody bound before the whole gang is held
+    ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"])
+    for t in threads:
+        t.join(5)
+    assert errors == {}
+    assert sorted(binder.bound) == sorted(plan.items())
+    assert ext.debug_gangs()[0]["phase"] == "bound"
+
+
+def test_filter_reasons_name_the_reserved_node():
+    ext, _, _ = extender()
+    pods = gang("g", 2, 8)
+    create(ext, pods)
+    v = ext.filter(pods[0], NODES)
+    assert v.node_names == ("h1",)
+    assert v.failed["h5"] == ("gang ml/g reserved node h1 for ml/g-0 (planned within "
+                              "network.topology.nvidia.com/accelerator b1/r1/n1)")
+
+
+def test_deadline_releases_everything_and_binds_nothing():
+    ext, binder, clock = extender()
+    pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "30"})
+    create(ext, pods)
+    plan = steer(ext, pods[:1])
+    errors = {}
+    t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
+    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    clock.now += 31
+    t.join(5)
+    assert isinstance(errors["g-0"], GangTimedOut)
+    assert str(errors["g-0"]) == ("gang ml/g timed out at bind: 1/2 GPU members arrived within 30s; "
+                                  "not arrived: ml/g-1")
+    assert binder.bound == []
+    assert ext.state.reservations() == {}
+    # The scheduler retries: the gang is planned again.
+    assert len(ext.filter(pods[0], NODES).node_names) == 1
+
+
+def test_member_deleted_while_waiting_releases_and_replans():
+    ext, binder, _ = extender()
+    pods = gang("g", 2, 8)
+    plan = steer(ext, pods)
+    errors = {}
+    t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
+    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    ext.pod_deleted(pods[1])
+    t.join(5)
+    assert isinstance(errors["g-0"], GangReleased)
+    assert "member ml/g-1 was deleted" in str(errors["g-0"])
+    assert binder.bound == [] and ext.state.reservations() == {}
+
+
+def test_failed_binding_evicts_the_bound_members():
+    ext, binder, _ = extender(fail={"ml/g-1"})
+    pods = gang("g", 2, 8)
+    plan = steer(ext, pods)
+    errors = {}
+    t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
+    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    with pytest.raises(BindingFailed) as err:
+        ext.bind("ml", "g-1", "uid-ml-g-1", plan["ml/g-1"])
+    t.join(5)
+    assert "1/2 Bindings failed" in str(err.value) and "1 bound members evicted" in str(err.value)
+    assert binder.deleted == ["ml/g-0"]
+    assert ext.state.reservations() == {}
+
+
+def test_second_big_gang_holds_nothing_until_the_first_finishes():
+    ext, binder, _ = extender("rack r1: a b c d e\n")
+    first, second = gang("a", 3, 8), gang("b", 3, 8)
+    create(ext, first + second)
+    names = ["a", "b", "c", "d", "e"]
+    plan = {}
+    for p in first:
+        plan[p["metadata"]["name"]] = ext.filter(p, names).node_names[0]
+    v = ext.filter(second[0], names)
+    assert v.node_names == ()
+    assert v.failed["a"] == ("gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 "
+                             "(24 GPUs reserved for other gangs)")
+    assert ext.state.reservation("ml/b") is None  # no partial holding: no deadlock
+    errors = {}
+    threads = [bind_async(ext, p, plan[p["metadata"]["name"]], errors) for p in first]
+    for t in threads:
+        t.join(5)
+    assert errors == {} and len(binder.bound) == 3
+    for p in first:  # the watch shows them bound, then finished
+        p["spec"]["nodeName"] = plan[p["metadata"]["name"]]
+        p["status"]["phase"] = "Running"
+        ext.pod_upserted(p)
+    assert ext.filter(second[0], names).node_names == ()
+    for p in first:
+        p["status"]["phase"] = "Succeeded"
+        ext.pod_upserted(p)
+    assert len(ext.filter(second[0], names).node_names) == 1
+
+
+def test_single_pods_avoid_reserved_gpus_and_pack_best_fit():
+    ext, _, _ = extender()
+    steer(ext, gang("g", 2, 8))  # reserves h1 h2
+    v = ext.filter(pod("solo", 2), NODES)
+    assert set(v.node_names) == {"h3", "h4", "h5"}
+    assert v.failed["h1"] == "node h1 has 0 free GPUs (8 reserved for gangs); pod needs 2"
+    scores = dict(ext.prioritize(pod("solo", 2), list(v.node_names)))
+    assert scores["h4"] == 10 and scores["h3"] < scores["h4"]
+
+
+def test_pods_without_gpus_pass_at_once():
+    ext, _, _ = extender()
+    assert ext.filter(pod("cpu", 0), NODES).node_names == tuple(NODES)
+
+
+def test_invalid_gang_is_unresolvable_with_its_reason():
+    ext, binder, _ = extender()
+    v = ext.filter(gang("g", 1, 8, annotations={"railyard.io/min-member": "x"})[0], NODES)
+    assert v.node_names == () and v.failed == {}
+    assert "railyard.io/min-member must be a positive integer, got 'x'" in v.failed_unresolvable["h1"]
+    assert binder.events and binder.events[0][0] == "GangUnschedulable"
+
+
+def test_bind_of_an_unknown_pod_is_refused():
+    ext, _, _ = extender()
+    with pytest.raises(BindRefused, match="unknown to railyard"):
+        ext.bind("ml", "ghost", "uid", "h1")
+
+
+def test_bind_on_another_node_than_planned_is_refused():
+    ext, binder, _ = extender()
+    pods = gang("g", 2, 8)
+    steer(ext, pods)
+    with pytest.raises(BindRefused, match="planned h1"):
+        ext.bind("ml", "g-0", "uid-ml-g-0", "h5")
+    assert binder.bound == []
+
+
+def test_preempt_never_breaks_a_running_gang():
+    ext, _, _ = extender("rack r1: a b\n")
+    running = gang("run", 2, 8)
+    for p, node in zip(running, "ab"):
+        p["spec"]["nodeName"] = node
+        p["status"]["phase"] = "Running"
+        ext.pod_upserted(p)
+    solo = pod("solo", 8, node="b")
+    solo["metadata"]["uid"] = "uid-solo"
+    victims = {"a": ["uid-ml-run-0"], "b": ["uid-ml-run-1"]}
+    assert ext.preempt(pod("hi", 8), victims) == {}
+    both = {"a": ["uid-ml-run-0", "uid-ml-run-1"]}
+    assert ext.preempt(pod("hi", 8), both) == both
+
+
+def test_not_ready_until_every_kind_is_listed():
+    ext = TopologyExtender(Settings(), MemoryBinder())
+    assert not ext.ready()
+    ext.relisted("nodes", [])
+    ext.relisted("pods", [])
+    assert not ext.ready()
+    ext.mark_synced("podgroups")
+    assert ext.ready()
