@@ -224,10 +224,17 @@ def go_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 def build_command(go: str, component: Component, version: str, out_dir: Path) -> list[str]:
     """The ``go build`` invocation for ``component`` (run inside its helper module)."""
+    # One package: name the output file, since Go would call go.etcd.io/etcd/server/v3
+    # "server". Several: a directory, each binary named after its package.
+    if len(component.packages) == 1:
+        (name,) = component.packages
+        output = str(out_dir / name)
+    else:
+        output = str(out_dir) + os.sep
     return [
         go, "build", "-v", "-trimpath",
         "-ldflags", " ".join(component.ldflags(version)),
-        "-o", str(out_dir) + os.sep,
+        "-o", output,
         *component.packages.values(),
     ]
 
@@ -289,7 +296,10 @@ def _check_versions(component: Component, version: str, directory: Path) -> None
     """Refuse binaries whose ``--version`` does not report the pinned version."""
     marker = component.version_marker(version)
     for name in component.packages:
-        result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
+        try:
+            result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"{name} built from {component.module} {version} does not run: {exc}") from exc
         reported = (result.stdout + result.stderr).strip()
         if marker not in reported:
             raise BuildError(f"{name} built from {component.module} {version} reports {reported!r}")

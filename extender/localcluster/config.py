@@ -161,8 +161,10 @@ def apiserver_args(binary: Path, pki: Pki, ports: Ports, cert_dir: Path) -> list
         # RBAC, so a later ServiceAccount for the extender proves its Role is enough;
         # the admin cert is in system:masters, which RBAC always allows.
         "--authorization-mode=RBAC",
-        # No kube-controller-manager, so no default ServiceAccount for the admission plugin.
-        "--disable-admission-plugins=ServiceAccount",
+        # No kube-controller-manager: no default ServiceAccount for the ServiceAccount plugin,
+        # and no node lifecycle controller to lift the not-ready taint TaintNodesByCondition
+        # puts on every new node (nodes.py taints the nodes that are not Ready instead).
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         # The kubernetes Service's Endpoints would get 127.0.0.1, which validation rejects.
         "--endpoint-reconciler-type=none",
         # Benchmarks drive thousands of writes per second: no inflight caps, no APF queueing.
@@ -179,9 +181,11 @@ def scheduler_args(binary: Path, config_file: Path, kubeconfig_file: Path, ports
         "--leader-elect=false",
         f"--bind-address={HOST}",
         f"--secure-port={ports.scheduler}",
-        # Delegated authn/authz of its own endpoints goes to our API server.
+        # Delegated authn/authz of its own endpoints goes to our API server. Skip the lookup of
+        # the request-header CA, which this API server (no front proxy) does not publish.
         f"--authentication-kubeconfig={kubeconfig_file}",
         f"--authorization-kubeconfig={kubeconfig_file}",
+        "--authentication-skip-lookup=true",
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
     ]
 

@@ -9,7 +9,10 @@ without it the real scheduler rejects every pod:
 - ``cpu`` / ``memory`` missing -> kwok's own defaults (1k CPUs, 1Ti), so CPU or memory
   requests never decide placement in a GPU simulation unless the file says so;
 - no ``Ready`` condition -> Ready=True (there is no kubelet heartbeat; nothing turns a
-  node NotReady unless the file does).
+  node NotReady unless the file does);
+- ``Ready`` False or Unknown -> the ``node.kubernetes.io/not-ready`` or ``.../unreachable``
+  NoSchedule taint, as the node lifecycle controller would add (there is none here, and the
+  API server runs without TaintNodesByCondition, which would taint every new node).
 
 Server-set metadata (uid, resourceVersion, creationTimestamp, managedFields) is dropped, so a
 ``kubectl get nodes -o yaml`` dump of a real cluster can be replayed.
@@ -134,8 +137,22 @@ def normalize_nodes(items: list[Any], source: str) -> list[dict[str, Any]]:
                 "message": "kwok fake node (railyard local cluster)",
             })
         status["conditions"] = conditions
+        _taint_if_not_ready(node, conditions)
         nodes.append(node)
     return nodes
+
+
+def _taint_if_not_ready(node: dict[str, Any], conditions: list[Any]) -> None:
+    ready = next((c.get("status") for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), "True")
+    if ready == "True":
+        return
+    key = "node.kubernetes.io/not-ready" if ready == "False" else "node.kubernetes.io/unreachable"
+    spec = node.get("spec") or {}
+    node["spec"] = spec
+    taints = list(spec.get("taints") or [])
+    if not any(isinstance(t, dict) and t.get("key") == key and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({"key": key, "effect": "NoSchedule"})
+    spec["taints"] = taints
 
 
 def filler_pod(node: str, gpus: int, resource: str = "nvidia.com/gpu") -> dict[str, Any]:

@@ -3,8 +3,9 @@
 - ``local_cluster``: a factory, module scope. ``local_cluster(nodes=[...] | topology="...",
   extender=False)`` starts a cluster through the real command line and returns a
   ``helpers.Cluster``; every cluster it started is stopped when the module ends, pass or fail.
-- ``gpu_cluster``: one shared cluster per session (no extender) from ``DEFAULT_NODES``: four
-  schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node.
+- ``gpu_cluster``: one shared cluster per session (no extender): four
+  schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node
+  (``helpers.default_nodes()``).
 
 Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
 it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
@@ -24,18 +25,7 @@ import pytest
 from extender.localcluster import binaries, cluster
 from extender.localcluster.errors import ClusterError
 
-from .helpers import Cluster, core_api, gpu_node, node_list, run_railyard
-
-TAINT = {"key": "railyard.io/reserved", "value": "inference", "effect": "NoSchedule"}
-SCHEDULABLE = ["r1-h1", "r1-h2", "r2-h1", "r2-h2"]
-CORDONED = "r2-cordoned"
-TAINTED = "r2-tainted"
-DEFAULT_NODES = [
-    *(gpu_node(name, labels={"network.topology.nvidia.com/leaf": name[:2]}) for name in SCHEDULABLE),
-    gpu_node(CORDONED, labels={"network.topology.nvidia.com/leaf": "r2"}, unschedulable=True),
-    gpu_node(TAINTED, labels={"network.topology.nvidia.com/leaf": "r2"}, taints=[TAINT]),
-]
-
+from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
@@ -104,7 +94,7 @@ def local_cluster(control_plane_binaries, tmp_path_factory) -> Iterator[ClusterS
 def gpu_cluster(control_plane_binaries, tmp_path_factory) -> Iterator[Cluster]:
     starter = ClusterStarter(tmp_path_factory)
     try:
-        yield starter(nodes=DEFAULT_NODES)
+        yield starter(nodes=default_nodes())
     finally:
         starter.stop_all()
 

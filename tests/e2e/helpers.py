@@ -74,6 +74,21 @@ def gpu_node(name: str, gpus: int = 8, labels: dict[str, str] | None = None,
     }
 
 
+# The shared session cluster (``gpu_cluster``): two racks, one cordoned and one tainted node.
+TAINT = {"key": "railyard.io/reserved", "value": "inference", "effect": "NoSchedule"}
+SCHEDULABLE = ["r1-h1", "r1-h2", "r2-h1", "r2-h2"]
+CORDONED = "r2-cordoned"
+TAINTED = "r2-tainted"
+
+
+def default_nodes() -> list[dict[str, Any]]:
+    return [
+        *(gpu_node(name, labels={"network.topology.nvidia.com/leaf": name[:2]}) for name in SCHEDULABLE),
+        gpu_node(CORDONED, labels={"network.topology.nvidia.com/leaf": "r2"}, unschedulable=True),
+        gpu_node(TAINTED, labels={"network.topology.nvidia.com/leaf": "r2"}, taints=[TAINT]),
+    ]
+
+
 def node_list(nodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "NodeList", "items": list(nodes)}
 

@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from .conftest import CORDONED, SCHEDULABLE, TAINT, TAINTED
 from .helpers import (
-    create_pods, delete_pods, gpu_pod, namespace, pods_by_name, unique, wait_for_phase, wait_unschedulable,
+    CORDONED, SCHEDULABLE, TAINT, TAINTED, create_pods, delete_pods, gpu_pod, namespace, pods_by_name, unique, wait_for_phase, wait_unschedulable,
 )
 
 pytestmark = pytest.mark.e2e

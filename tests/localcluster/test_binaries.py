@@ -47,7 +47,13 @@ def test_build_command_is_static_and_trimmed(tmp_path):
     argv = binaries.build_command("go", binaries.KUBERNETES, "v1.37.2", tmp_path)
     assert argv[:4] == ["go", "build", "-v", "-trimpath"]
     assert argv[-2:] == ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler"]
+    assert argv[argv.index("-o") + 1] == str(tmp_path) + "/"
     assert binaries.go_env({})["CGO_ENABLED"] == "0"
+
+
+def test_a_single_binary_gets_its_own_name_not_the_package_s(tmp_path):
+    argv = binaries.build_command("go", binaries.ETCD, "v3.6.16", tmp_path)
+    assert argv[argv.index("-o") + 1] == str(tmp_path / "etcd")
 
 
 def test_cache_dir_is_keyed_by_version_and_overridable(tmp_path, monkeypatch):

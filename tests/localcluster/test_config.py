@@ -57,7 +57,7 @@ def test_everything_listens_on_loopback(tmp_path):
 
 def test_apiserver_flags_from_the_issue(tmp_path):
     api = config.apiserver_args(Path("/bin/x"), pki.Pki.at(tmp_path), PORTS, tmp_path)
-    for flag in ("--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+    for flag in ("--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                  "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
                  "--enable-priority-and-fairness=false", f"--client-ca-file={tmp_path / 'ca.crt'}"):
         assert flag in api

@@ -40,10 +40,21 @@ def test_missing_allocatable_pods_and_ready_are_filled(tmp_path):
     assert out["status"]["conditions"][0]["status"] == "True"
 
 
-def test_a_not_ready_node_stays_not_ready(tmp_path):
+def test_a_not_ready_node_stays_not_ready_and_gets_the_lifecycle_taint(tmp_path):
     node = _node("g1", conditions=[{"type": "Ready", "status": "False"}])
+    node["spec"] = {"taints": [{"key": "k", "effect": "NoExecute"}]}
     (out,) = nodes.normalize_nodes([node], "t")
     assert out["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert out["spec"]["taints"] == [{"key": "k", "effect": "NoExecute"},
+                                     {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    unknown = _node("g2", conditions=[{"type": "Ready", "status": "Unknown"}])
+    (out,) = nodes.normalize_nodes([unknown], "t")
+    assert out["spec"]["taints"] == [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
+
+
+def test_a_ready_node_gets_no_taint():
+    (out,) = nodes.normalize_nodes([_node("g1")], "t")
+    assert "taints" not in out.get("spec", {})
 
 
 def test_yaml_stream_of_single_nodes(tmp_path):
