@@ -7,6 +7,7 @@ progress included, goes to stderr. Every failure is one line on stderr and exit 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -77,10 +78,17 @@ def run_up(args: argparse.Namespace) -> int:
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
     )
+    # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         info = cluster.up(options)
     except ClusterError as exc:
         return _fail(exc)
+    except Terminated:
+        print("railyard: terminated; stopped what was started", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(info.kubeconfig, flush=True)
     return 0
 
@@ -115,6 +123,14 @@ def run_build(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     print(bins.kube_apiserver.parent.parent)
     return 0
+
+
+class Terminated(BaseException):
+    """SIGTERM during ``up`` (a BaseException, like KeyboardInterrupt, so no handler eats it)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def _fail(exc: Exception) -> int:

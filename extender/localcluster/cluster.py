@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 import urllib3
+import yaml
 
 from extender.localcluster import binaries as binaries_mod
 from extender.localcluster import config, nodes as nodes_mod, pki as pki_mod, processes
@@ -106,7 +107,7 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     except BaseException as exc:
         _say(log, "start failed; stopping what was started")
         down(workdir, log=log, quiet=True)
-        if isinstance(exc, KeyboardInterrupt | ClusterError):
+        if isinstance(exc, ClusterError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM
             raise
         raise ClusterError(f"cluster up failed: {type(exc).__name__}: {exc}") from exc
     return info
@@ -116,7 +117,7 @@ def _start_all(
     workdir: Path,
     options: UpOptions,
     node_set: nodes_mod.NodeSet,
-    custom_config: str | None,
+    custom_config: dict[str, Any] | None,
     bins: binaries_mod.Binaries,
     log: TextIO,
     started: float,
@@ -158,9 +159,8 @@ def _start_all(
         wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
 
     scheduler_config_file = workdir / "scheduler-config.yaml"
-    scheduler_config_file.write_text(
-        custom_config if custom_config is not None
-        else config.dump_yaml(config.scheduler_config(kubeconfig_file, ext_url)))
+    scheduler_config_file.write_text(config.dump_yaml(config.render_scheduler_config(
+        custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)))
     _say(log, "starting kube-scheduler" + (" (extender on)" if ext_url else " (no extender)"))
     scheduler = processes.start(
         workdir, "kube-scheduler",
@@ -218,28 +218,18 @@ def check_extender_available() -> None:
             "run `railyard cluster up --no-extender` for a plain kube-scheduler")
 
 
-def _read_scheduler_config(path: Path | None) -> str | None:
+def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        text = Path(path).read_text()
-        doc = json.loads(json.dumps(_yaml_load(text)))
+        doc = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise ClusterError(f"cannot read scheduler config {path}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise ClusterError(f"scheduler config {path} is not YAML: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ClusterError(f"scheduler config {path} is not YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(doc, dict) or doc.get("kind") != "KubeSchedulerConfiguration":
         raise ClusterError(f"scheduler config {path} is not a KubeSchedulerConfiguration")
-    return text
-
-
-def _yaml_load(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(str(exc).splitlines()[0]) from exc
+    return doc
 
 
 def _pick_ports(apiserver_port: int) -> config.Ports:

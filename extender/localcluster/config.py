@@ -9,6 +9,7 @@ obvious, the comment says which.
 from __future__ import annotations
 
 import base64
+import copy
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -51,9 +52,50 @@ class Ports:
         return dict(self.__dict__)
 
 
+#: In a ``--scheduler-config`` file, stands for ``http://127.0.0.1:<extender port>``.
+EXTENDER_URL_PLACEHOLDER = "$(EXTENDER_URL)"
+
+
+def extender_base(ports: Ports) -> str:
+    """Scheme, host and port of the local extender."""
+    return f"http://{HOST}:{ports.extender}"
+
+
 def extender_url(ports: Ports) -> str:
-    """The extender's base URL, as kube-scheduler's ``urlPrefix`` wants it."""
-    return f"http://{HOST}:{ports.extender}/scheduler"
+    """The extender's ``urlPrefix`` (its verbs are served under ``/scheduler``)."""
+    return extender_base(ports) + "/scheduler"
+
+
+def render_scheduler_config(
+    template: dict[str, Any] | None, kubeconfig: Path, extender_base_url: str | None
+) -> dict[str, Any]:
+    """The scheduler config to run: generated, or a given one bound to this cluster.
+
+    A given config (``--scheduler-config``, later the reference one in ``manifests/``) is
+    used as is, except that ``clientConnection.kubeconfig`` becomes this cluster's and
+    ``$(EXTENDER_URL)`` in an extender's ``urlPrefix`` becomes the local extender. With the
+    extender off (``extender_base_url`` None), those extender entries are dropped, so one
+    file serves both arms of a comparison.
+    """
+    if template is None:
+        return scheduler_config(kubeconfig, None if extender_base_url is None else extender_base_url + "/scheduler")
+    config = copy.deepcopy(template)
+    connection = config.get("clientConnection") or {}
+    connection["kubeconfig"] = str(kubeconfig)
+    config["clientConnection"] = connection
+    extenders = []
+    for extender in config.get("extenders") or []:
+        url = str(extender.get("urlPrefix", ""))
+        if EXTENDER_URL_PLACEHOLDER in url:
+            if extender_base_url is None:
+                continue
+            extender = {**extender, "urlPrefix": url.replace(EXTENDER_URL_PLACEHOLDER, extender_base_url)}
+        extenders.append(extender)
+    if extenders:
+        config["extenders"] = extenders
+    else:
+        config.pop("extenders", None)
+    return config
 
 
 def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:

@@ -110,3 +110,29 @@ def test_status_of_an_empty_workdir(tmp_path, capsys):
     args = parser.parse_args(["cluster", "status", "--workdir", str(tmp_path)])
     assert args.func(args) == 1
     assert "no cluster in" in capsys.readouterr().out
+
+
+def _fake_binaries(tmp_path, etcd_script: str):
+    """Binaries where etcd is a shell script: enough to drive `up` into its failure paths."""
+    from extender.localcluster.binaries import Binaries
+
+    etcd = tmp_path / "fake-etcd"
+    etcd.write_text("#!/bin/sh\n" + etcd_script)
+    etcd.chmod(0o755)
+    missing = tmp_path / "never-started"
+    return Binaries(etcd=etcd, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+
+
+def test_a_component_dying_at_startup_is_reported_with_its_log(tmp_path):
+    bins = _fake_binaries(tmp_path, "echo 'listen tcp 127.0.0.1:2379: bind: address already in use'\nexit 1\n")
+    with pytest.raises(ClusterError, match="(?s)etcd exited during startup.*address already in use"):
+        cluster.up(_up(tmp_path, binaries=bins))
+    assert processes.recorded(tmp_path / "w") == []
+
+
+def test_a_component_never_healthy_is_stopped(tmp_path):
+    bins = _fake_binaries(tmp_path, "exec sleep 60\n")
+    with pytest.raises(ClusterError, match="etcd not healthy after 1s"):
+        cluster.up(_up(tmp_path, binaries=bins, timeout=1))
+    assert processes.recorded(tmp_path / "w") == []
+    assert not (tmp_path / "w" / "cluster.json").exists()

@@ -96,3 +96,28 @@ def test_kubeconfig_inlines_the_admin_cert(tmp_path):
 def test_extender_command_is_railyard_serve():
     argv = config.extender_args(Path("/w/kubeconfig"), PORTS, python="/py")
     assert argv == ["/py", "-m", "extender", "serve", "--kubeconfig", "/w/kubeconfig", "--listen", "127.0.0.1:8888"]
+
+
+def test_a_given_scheduler_config_is_bound_to_this_cluster():
+    template = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": "/elsewhere", "qps": 77},
+        "profiles": [{"schedulerName": "railyard"}],
+        "extenders": [
+            {"urlPrefix": "$(EXTENDER_URL)/scheduler", "filterVerb": "filter"},
+            {"urlPrefix": "http://other:1/x", "filterVerb": "f"},
+        ],
+    }
+    on = config.render_scheduler_config(template, Path("/w/kubeconfig"), config.extender_base(PORTS))
+    assert on["clientConnection"] == {"kubeconfig": "/w/kubeconfig", "qps": 77}
+    assert [e["urlPrefix"] for e in on["extenders"]] == ["http://127.0.0.1:8888/scheduler", "http://other:1/x"]
+    off = config.render_scheduler_config(template, Path("/w/kubeconfig"), None)
+    assert [e["urlPrefix"] for e in off["extenders"]] == ["http://other:1/x"]
+    assert template["extenders"][0]["urlPrefix"] == "$(EXTENDER_URL)/scheduler"  # not mutated
+
+
+def test_without_a_given_config_the_generated_one_is_used():
+    generated = config.render_scheduler_config(None, Path("/w/k"), config.extender_base(PORTS))
+    assert generated == config.scheduler_config(Path("/w/k"), config.extender_url(PORTS))
+    assert "extenders" not in config.render_scheduler_config(None, Path("/w/k"), None)
