@@ -124,16 +124,18 @@ def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
     total = sum(gpu_sizes)
     free_prefix = [0, *accumulate(avail)]
     first_size, first_count = classes[0]
-    slot_prefix = [0, *accumulate(a // first_size for a in avail)]
+    slot_prefix = [0, *accumulate([a // first_size for a in avail])]
 
     for lvl in range(topo.depth, bound - 1, -1):
-        candidates = []
-        for d in range(topo.domain_count(lvl)):
-            dom = topo.domain(lvl, d)
-            free = free_prefix[dom.end] - free_prefix[dom.start]
-            if free < total or slot_prefix[dom.end] - slot_prefix[dom.start] < first_count:
-                continue
-            candidates.append((free - total, d, dom))
+        starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
+        frees = [free_prefix[b] - free_prefix[a] for a, b in zip(starts, ends)] if lvl < topo.depth else avail
+        if not frees or max(frees) < total:
+            continue  # no domain at this level has the GPUs: skip it without a closer look
+        candidates = [
+            (free - total, d, topo.domain(lvl, d))
+            for d, free in enumerate(frees)
+            if free >= total and slot_prefix[ends[d]] - slot_prefix[starts[d]] >= first_count
+        ]
         candidates.sort(key=lambda c: (c[0], c[1]))
         if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
             # Equal fits: prefer the one whose parent (then grandparent...) has the least free,
@@ -244,7 +246,7 @@ def _allocate(topo: Topology, avail: list[int], dom: Domain, classes: list[tuple
 
 
 def _prefix_over(values: list[int], dom: Domain, f) -> list[int]:
-    return [0, *accumulate(f(values[i]) for i in range(dom.start, dom.end))]
+    return [0, *accumulate([f(v) for v in values[dom.start:dom.end]])]
 
 
 def _fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
