@@ -1,0 +1,133 @@
+"""The Binder port over the API server: Bindings, the compensating pod delete, and Events.
+
+``bind`` and ``delete_pod`` are synchronous and raise ``errors.KubernetesError`` subclasses;
+the service decides what to retry. ``event`` never blocks: it drops repeats of the same
+(pod, reason) within ``event_interval`` seconds and hands the rest to one background thread
+through a bounded queue; when the queue is full the event is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol
+
+from cachetools import TTLCache
+
+from extender.adapters.k8s.api import Api
+from extender.adapters.k8s.errors import KubernetesError, NotFound
+
+log = logging.getLogger("railyard.k8s.binder")
+
+COMPONENT = "railyard"
+MAX_EVENT_MESSAGE = 1024  # events.k8s.io caps note at 1 kB; core/v1 readers truncate anyway
+
+
+class Binder(Protocol):
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def event(self, pod: dict, reason: str, message: str, type_: str = "Warning") -> None: ...
+
+
+class BinderObserver(Protocol):
+    def binding_failed(self) -> None: ...
+    def event_dropped(self) -> None: ...
+
+
+def binding(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
+    """The Binding object; the UID makes the API server refuse a pod recreated under the same name."""
+    return {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def pod_event(pod: dict, reason: str, message: str, type_: str, now: datetime, instance: str) -> dict[str, Any]:
+    """A core/v1 Event about ``pod``, as ``kubectl describe pod`` lists it."""
+    meta = pod.get("metadata") or {}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": meta.get("namespace", "default")},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "reason": reason,
+        "message": message if len(message) <= MAX_EVENT_MESSAGE else message[:MAX_EVENT_MESSAGE - 3] + "...",
+        "type": type_,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+class KubeBinder:
+    """Binder implemented with the API server; ``close()`` stops the event thread."""
+
+    def __init__(self, api: Api, observer: BinderObserver, *, event_interval: float = 30.0,
+                 event_queue: int = 1000, timeout: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.api = api
+        self.observer = observer
+        self.timeout = timeout
+        self._wall = wall
+        self._instance = socket.gethostname()
+        self._recent: TTLCache = TTLCache(maxsize=100_000, ttl=event_interval, timer=clock)
+        self._recent_lock = threading.Lock()
+        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=event_queue)
+        self._thread = threading.Thread(target=self._send_events, name="k8s-events", daemon=True)
+        self._thread.start()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                          body=binding(namespace, name, uid, node), timeout=self.timeout)
+        except KubernetesError as exc:
+            self.observer.binding_failed()
+            raise type(exc)(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod if it still has this UID; a pod already gone is not an error."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self.api.json("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, timeout=self.timeout)
+        except NotFound:
+            return
+        except KubernetesError as exc:
+            raise type(exc)(f"deleting pod {namespace}/{name} (uid {uid}) failed: {exc}", exc.status) from None
+
+    def event(self, pod: dict, reason: str, message: str, type_: str = "Warning") -> None:
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}", reason)
+        with self._recent_lock:
+            if key in self._recent:
+                return  # said within the interval: a rate limit, not a drop
+            self._recent[key] = True
+        try:
+            self._events.put_nowait(pod_event(pod, reason, message, type_, self._wall(), self._instance))
+        except queue.Full:
+            self.observer.event_dropped()
+
+    def close(self, timeout: float = 5.0) -> None:
+        try:
+            self._events.put(None, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    def _send_events(self) -> None:
+        while True:
+            ev = self._events.get()
+            if ev is None:
+                return
+            ns = ev["metadata"]["namespace"]
+            try:
+                self.api.json("POST", f"/api/v1/namespaces/{ns}/events", body=ev, timeout=self.timeout)
+            except KubernetesError as exc:
+                self.observer.event_dropped()
+                log.warning("event %s on pod %s/%s not sent: %s", ev["reason"], ns,
+                            ev["involvedObject"]["name"], exc)

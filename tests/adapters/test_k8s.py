@@ -1,0 +1,270 @@
+"""The k8s adapter's translation: API server JSON <-> CacheSink calls, Bindings, Events."""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import datetime, timezone
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+from prometheus_client import CollectorRegistry
+
+from extender.adapters.k8s import errors
+from extender.adapters.k8s.api import Api
+from extender.adapters.k8s.binder import KubeBinder
+from extender.adapters.k8s.watch_cache import NODES, PODGROUPS, PODS, WatchCache
+from extender.adapters.metrics import Metrics
+from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
+
+
+def node(name, rv="1"):
+    return {"metadata": {"name": name, "resourceVersion": rv, "managedFields": [{"manager": "kubectl"}]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def pod(name, rv="1", ns="ml"):
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": rv}}
+
+
+def podgroup(name, rv="1"):
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "ml", "resourceVersion": rv}, "spec": {"minMember": 4}}
+
+
+class Sink:
+    """The CacheSink port, recording each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def node_upserted(self, node):
+        self.calls.append(("node_upserted", node["metadata"]["name"]))
+
+    def node_deleted(self, name):
+        self.calls.append(("node_deleted", name))
+
+    def pod_upserted(self, pod):
+        self.calls.append(("pod_upserted", pod["metadata"]["name"]))
+
+    def pod_deleted(self, pod):
+        self.calls.append(("pod_deleted", pod["metadata"]["name"]))
+
+    def podgroup_upserted(self, pg):
+        self.calls.append(("podgroup_upserted", pg["metadata"]["name"]))
+
+    def podgroup_deleted(self, namespace, name):
+        self.calls.append(("podgroup_deleted", namespace, name))
+
+    def relisted(self, kind, objects):
+        self.calls.append(("relisted", kind, [o["metadata"]["name"] for o in objects]))
+        self.last_list = objects
+
+
+def wait_until(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def apiserver():
+    with FakeApiServer() as fake:
+        yield fake
+
+
+def cache(fake, sink, resources, metrics=None):
+    wc = WatchCache(Api(fake.client()), sink, metrics or Metrics(CollectorRegistry()),
+                    resources=resources, page_size=2, backoff=(0.01, 0.05), podgroup_recheck=0.05)
+    wc.start()
+    return wc
+
+
+def test_paged_list_then_watch_events(apiserver):
+    apiserver.list("/api/v1/nodes", ([node("a"), node("b")], "10"), ([node("c")], "10"))
+    apiserver.watch("/api/v1/nodes", [
+        {"type": "ADDED", "object": node("d", "11")},
+        {"type": "MODIFIED", "object": node("a", "12")},
+        {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "15"}}},
+        {"type": "DELETED", "object": node("b", "16")},
+    ])
+    apiserver.watch("/api/v1/nodes", [HANG])
+    sink, metrics = Sink(), Metrics(CollectorRegistry())
+    wc = cache(apiserver, sink, (NODES,), metrics)
+    try:
+        wait_until(lambda: len(apiserver.seen("GET", "/api/v1/nodes")) == 4)
+        assert sink.calls == [("relisted", "nodes", ["a", "b", "c"]), ("node_upserted", "d"),
+                              ("node_upserted", "a"), ("node_deleted", "b")]
+        assert all("managedFields" not in o["metadata"] for o in sink.last_list)
+        lists = [q for q, _ in apiserver.seen("GET", "/api/v1/nodes") if "watch" not in q]
+        assert [q.get("continue") for q in lists] == [None, "1"] and lists[0]["limit"] == "2"
+        watches = [q for q, _ in apiserver.seen("GET", "/api/v1/nodes") if "watch" in q]
+        # The second watch resumes from the last event, not from the list.
+        assert [w["resourceVersion"] for w in watches] == ["10", "16"]
+        assert watches[0]["allowWatchBookmarks"] == "true"
+        assert wc.synced() and wc.last_event_age() is not None
+        text = metrics.exposition()[0].decode()
+        assert 'railyard_cache_objects{kind="nodes"} 3.0' in text
+    finally:
+        wc.stop()
+
+
+def test_gone_relists(apiserver):
+    apiserver.list("/api/v1/pods", ([pod("p1")], "5"))
+    apiserver.watch("/api/v1/pods", [{"type": "ERROR", "object": status(410, "too old resource version: 5 (40)",
+                                                                        "Expired")}])
+    apiserver.watch("/api/v1/pods", [{"type": "ADDED", "object": pod("p2", "41")}, HANG])
+    sink = Sink()
+    wc = cache(apiserver, sink, (PODS,))
+    try:
+        wait_until(lambda: ("pod_upserted", "p2") in sink.calls)
+        assert sink.calls == [("relisted", "pods", ["p1"]), ("relisted", "pods", ["p1"]), ("pod_upserted", "p2")]
+        queries = [q for q, _ in apiserver.seen("GET", "/api/v1/pods")]
+        assert all(q["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed" for q in queries)
+    finally:
+        wc.stop()
+
+
+def test_refused_watch_backs_off_and_resumes(apiserver):
+    apiserver.list("/api/v1/nodes", ([node("a")], "7"))
+    apiserver.watch("/api/v1/nodes", (500, status(500, "etcdserver: leader changed")))
+    apiserver.watch("/api/v1/nodes", [{"type": "DELETED", "object": node("a", "9")}, HANG])
+    sink = Sink()
+    wc = cache(apiserver, sink, (NODES,))
+    try:
+        wait_until(lambda: ("node_deleted", "a") in sink.calls)
+        watches = [q["resourceVersion"] for q, _ in apiserver.seen("GET", "/api/v1/nodes") if "watch" in q]
+        assert watches[:2] == ["7", "7"]  # resumed without a relist
+        assert sink.calls.count(("relisted", "nodes", ["a"])) == 1
+    finally:
+        wc.stop()
+
+
+def test_podgroups_absent_count_as_listed_and_are_picked_up_when_served(apiserver):
+    sink = Sink()
+    wc = cache(apiserver, sink, (PODGROUPS,))
+    try:
+        wait_until(wc.synced)
+        assert sink.calls[0] == ("relisted", "podgroups", [])
+        apiserver.list("/apis/scheduling.x-k8s.io/v1alpha1/podgroups", ([podgroup("llama")], "3"))
+        apiserver.watch("/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+                        [{"type": "DELETED", "object": podgroup("llama", "4")}, HANG])
+        apiserver.reply("GET", "/apis/scheduling.x-k8s.io/v1alpha1", 200, {
+            "kind": "APIResourceList", "groupVersion": "scheduling.x-k8s.io/v1alpha1",
+            "resources": [{"name": "podgroups", "namespaced": True, "kind": "PodGroup"}]})
+        wait_until(lambda: ("podgroup_deleted", "ml", "llama") in sink.calls)
+        assert ("relisted", "podgroups", ["llama"]) in sink.calls
+    finally:
+        wc.stop()
+
+
+def test_synced_needs_every_kind(apiserver):
+    apiserver.list("/api/v1/nodes", ([node("a")], "1"))
+    sink = Sink()
+    wc = cache(apiserver, sink, (NODES, PODS))  # pods never list: 404
+    try:
+        wait_until(lambda: ("relisted", "nodes", ["a"]) in sink.calls)
+        time.sleep(0.1)
+        assert not wc.synced()
+    finally:
+        wc.stop()
+
+
+# -- binder ----------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def binder(fake, metrics, **kw):
+    return KubeBinder(Api(fake.client()), metrics, wall=lambda: datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc),
+                      **kw)
+
+
+def test_bind_posts_the_binding_with_uid(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-0/binding"
+    apiserver.reply("POST", path, 201, {"kind": "Status", "status": "Success", "code": 201})
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    b.bind("ml", "llama-0", "uid-1", "gpu-002")
+    b.close()
+    assert apiserver.seen("POST", path) == [({}, {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "llama-0", "namespace": "ml", "uid": "uid-1"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-002"}})]
+
+
+def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-0/binding"
+    apiserver.reply("POST", path, 409, status(409, 'Operation cannot be fulfilled on pods/binding "llama-0": '
+                                                   'pod llama-0 is already assigned to node "gpu-001"', "Conflict"))
+    metrics = Metrics(CollectorRegistry())
+    b = binder(apiserver, metrics)
+    with pytest.raises(errors.Conflict) as exc:
+        b.bind("ml", "llama-0", "uid-1", "gpu-002")
+    b.close()
+    assert str(exc.value) == (f"binding pod ml/llama-0 to gpu-002 failed: POST {path}: 409 Operation cannot be "
+                              'fulfilled on pods/binding "llama-0": pod llama-0 is already assigned to node "gpu-001"')
+    assert "railyard_binding_failures_total 1.0" in metrics.exposition()[0].decode()
+
+
+def test_bind_without_an_api_server_is_unavailable():
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    b = KubeBinder(Api(ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))), Metrics(CollectorRegistry()))
+    with pytest.raises(errors.Unavailable, match="binding pod ml/p to n failed: POST"):
+        b.bind("ml", "p", "u", "n")
+    b.close()
+
+
+def test_delete_pod_with_uid_precondition_and_gone_is_fine(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-0"
+    apiserver.reply("DELETE", path, 200, pod("llama-0"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    b.delete_pod("ml", "llama-0", "uid-1")
+    b.delete_pod("ml", "llama-0", "uid-1")  # second time: 404, already gone
+    b.close()
+    assert [body["preconditions"] for _, body in apiserver.seen("DELETE", path)] == [{"uid": "uid-1"}] * 2
+
+
+def test_events_are_rate_limited_per_pod_and_reason(apiserver):
+    path = "/api/v1/namespaces/ml/events"
+    clock = Clock()
+    b = binder(apiserver, Metrics(CollectorRegistry()), clock=clock, event_interval=30)
+    p = pod("llama-0")
+    b.event(p, "GangWaiting", "gang ml/llama waits at bind: 3 of 4 members")
+    b.event(p, "GangWaiting", "gang ml/llama waits at bind: 3 of 4 members")
+    b.event(p, "GangPlanned", "gang ml/llama: 4 pods, 32 GPUs on 4 nodes within rack r1", "Normal")
+    clock.now = 31
+    b.event(p, "GangWaiting", "gang ml/llama waits at bind: 3 of 4 members")
+    b.close()
+    sent = [body for _, body in apiserver.seen("POST", path)]
+    assert [(e["reason"], e["type"]) for e in sent] == [("GangWaiting", "Warning"), ("GangPlanned", "Normal"),
+                                                        ("GangWaiting", "Warning")]
+    e = sent[0]
+    assert e["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "llama-0", "namespace": "ml",
+                                   "uid": "uid-llama-0"}
+    assert e["metadata"] == {"generateName": "llama-0.", "namespace": "ml"}
+    assert (e["source"], e["firstTimestamp"], e["count"]) == ({"component": "railyard"}, "2026-11-29T20:00:00Z", 1)
+
+
+def test_events_past_the_queue_are_dropped_and_counted(apiserver):
+    path = "/api/v1/namespaces/ml/events"
+    apiserver.held.add(path)
+    apiserver.hold.clear()  # the first event's POST waits; the queue fills behind it
+    metrics = Metrics(CollectorRegistry())
+    b = binder(apiserver, metrics, event_queue=1)
+    b.event(pod("a"), "R", "first")
+    wait_until(lambda: apiserver.seen("POST", path))
+    b.event(pod("b"), "R", "queued")
+    b.event(pod("c"), "R", "dropped")
+    assert "railyard_events_dropped_total 1.0" in metrics.exposition()[0].decode()
+    apiserver.hold.set()
+    b.close()
+    assert [body["message"] for _, body in apiserver.seen("POST", path)] == ["first", "queued"]
