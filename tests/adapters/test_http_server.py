@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.adapters.http.server import ExtenderServer, RailyardError, ServerLimits
+from extender.adapters.http.server import ExtenderServer, ServerLimits
+from extender.core.errors import RailyardError
 from extender.adapters.metrics import Metrics
 from extender.core.verdicts import FilterVerdict
 

@@ -11,11 +11,11 @@ the held-bind cap; filter keeps flowing while binds are held.
 Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt) or
 ``max_held_binds`` bind calls the server answers 503 at once instead of queueing.
 
-Errors are translated here and only here (STYLE habit 11):
+Errors are translated here and only here (STYLE habit 11; the hierarchy is in core/errors.py):
 
-    BadRequest (wire.py)        -> 400, message names the field (filter/bind: in ``Error``)
-    Busy                        -> 503, which cap was hit
-    RailyardError (core)        -> 200 with ``Error`` for filter and bind (the scheduler logs it
+    BadRequest                  -> 400, message names the field (filter/bind: in ``Error``)
+    Overloaded                  -> 503, which cap was hit
+    other RailyardError         -> 200 with ``Error`` for filter and bind (the scheduler logs it
                                    and retries the pod); 500 for prioritize and preempt
     anything else               -> 500, logged with its traceback; the server keeps serving
 """
@@ -35,13 +35,8 @@ from aiohttp import web
 
 from extender.adapters.http import wire
 from extender.adapters.http.verbs import VERBS
+from extender.core.errors import BadRequest, Overloaded, RailyardError
 from extender.core.verdicts import FilterVerdict
-
-try:
-    from extender.core.errors import RailyardError
-except ImportError:  # until the core's error hierarchy lands (issue 4); then drop this fallback
-    class RailyardError(Exception):  # type: ignore[no-redef]
-        pass
 
 log = logging.getLogger("railyard.http")
 
@@ -73,10 +68,6 @@ class ServerLimits:
     """filter, prioritize and preempt calls being read or answered at once."""
     max_held_binds: int = 1024
     """bind calls in progress at once (each may be held until its gang's deadline)."""
-
-
-class Busy(Exception):
-    """A cap was reached; the call is refused at once."""
 
 
 @dataclass
@@ -189,13 +180,13 @@ class ExtenderServer:
         try:
             if held:
                 if c.held_binds >= self.limits.max_held_binds:
-                    raise Busy(f"railyard busy: {c.held_binds} bind calls held, the cap is "
+                    raise Overloaded(f"railyard busy: {c.held_binds} bind calls held, the cap is "
                                f"{self.limits.max_held_binds}; the scheduler will retry the pod")
                 c.held_binds += 1
                 self.observer.held_binds(c.held_binds)
             else:
                 if c.in_flight >= self.limits.max_in_flight:
-                    raise Busy(f"railyard busy: {c.in_flight} filter/prioritize/preempt calls in flight, "
+                    raise Overloaded(f"railyard busy: {c.in_flight} filter/prioritize/preempt calls in flight, "
                                f"the cap is {self.limits.max_in_flight}")
                 c.in_flight += 1
             counted = True
@@ -205,9 +196,9 @@ class ExtenderServer:
             else:
                 reply = call(self.handler, body)
             status, outcome = 200, "ok"
-        except wire.BadRequest as exc:
+        except BadRequest as exc:
             status, outcome, reply = 400, "bad_request", _error_reply(verb, f"bad {verb} request: {exc}")
-        except Busy as exc:
+        except Overloaded as exc:
             status, outcome, reply = 503, "busy", _error_reply(verb, str(exc))
         except RailyardError as exc:
             status = 200 if verb in _ERROR_FIELD_VERBS else 500
@@ -231,15 +222,15 @@ class ExtenderServer:
     async def _read_json(self, request: web.Request) -> Any:
         limit = self.limits.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise wire.BadRequest(f"body of {request.content_length} bytes is over the {limit}-byte limit")
+            raise BadRequest(f"body of {request.content_length} bytes is over the {limit}-byte limit")
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:  # chunked body without Content-Length
-            raise wire.BadRequest(f"body is over the {limit}-byte limit") from None
+            raise BadRequest(f"body is over the {limit}-byte limit") from None
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise wire.BadRequest(f"body is not valid JSON: {exc}") from None
+            raise BadRequest(f"body is not valid JSON: {exc}") from None
 
     # -- the rest ------------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:

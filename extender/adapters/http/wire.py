@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence, TypedDict
 
+from extender.core.errors import BadRequest
 from extender.core.verdicts import FilterVerdict
+
+__all__ = ["BadRequest"]  # raised by every decode_*; the message names the bad field
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
-
-
-class BadRequest(ValueError):
-    """A request body that does not match the protocol; the message names the field."""
 
 
 # -- requests and replies, mirroring extender/v1/types.go ------------------------------------

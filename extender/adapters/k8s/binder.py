@@ -34,7 +34,6 @@ class Binder(Protocol):
 
 
 class BinderObserver(Protocol):
-    def binding_failed(self) -> None: ...
     def event_dropped(self) -> None: ...
 
 
@@ -86,8 +85,7 @@ class KubeBinder:
         try:
             self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
                           body=binding(namespace, name, uid, node), timeout=self.timeout)
-        except KubernetesError as exc:
-            self.observer.binding_failed()
+        except KubernetesError as exc:  # the service counts and retries each attempt
             raise type(exc)(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
