@@ -20,12 +20,19 @@ The tree is rebuilt only when the set of nodes or their labels change; capacity 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from extender.core.model import HOST_LEVEL, Level, NodeFacts
 
-_MISSING = "\U0010ffff"  # sorts after every real label value
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural(value: str) -> tuple[str | int, ...]:
+    """``node-9`` before ``node-10``: depth-first order is what ranks follow."""
+    parts = _DIGITS.split(value)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
 @dataclass(frozen=True)
@@ -49,14 +56,15 @@ class Topology:
             if len(n.path) != depth:
                 raise ValueError(f"node {n.name} has {len(n.path)} path values for {depth} levels")
 
-        def sort_key(n: NodeFacts) -> tuple[str, ...]:
+        def sort_key(n: NodeFacts) -> tuple[tuple, ...]:
             # A missing value becomes unique to the node, so it never merges with another.
             key = []
             missing = False
             for v in n.path:
                 missing = missing or v is None
-                key.append(_MISSING + n.name if missing else v)
-            return (*key, n.name)
+                # The raw value closes the key: "n01" and "n1" sort together but never merge.
+                key.append((1, n.name) if missing else (0, _natural(v), v))
+            return (*key, (0, _natural(n.name), n.name))
 
         ordered = sorted(nodes, key=sort_key)
         self.nodes: tuple[NodeFacts, ...] = tuple(ordered)

@@ -77,7 +77,8 @@ def explain_placement(topo: Topology, p: Placement) -> str:
         where = "across the cluster (no shared domain)"
     else:
         where = f"within {topo.level_key(p.level)} {format_path(p.domain.path)}"
-    text = f"gang {p.gang}: {len(p.slots)} pods, {gpus} GPUs on {nodes} node{'s' if nodes != 1 else ''} {where}"
+    pods = len(p.slots)
+    text = f"gang {p.gang}: {pods} pod{'s' if pods != 1 else ''}, {gpus} GPUs on {nodes} node{'s' if nodes != 1 else ''} {where}"
     if not p.preferred_met:
         text += "; preferred level not available, placed wider"
     return text

@@ -174,3 +174,11 @@ def test_bound_pod_consumes_its_reserved_slot():
 def test_brute_force_helper_is_not_trivial():
     assert fits([8, 4], [8, 4]) and not fits([6, 6], [8]) and not fits([4, 4], [4, 4, 2])
     assert list(itertools.islice(itertools.count(), 1)) == [0]
+
+
+def test_natural_order_and_look_alike_values_stay_apart():
+    nodes = [NodeFacts(n, (b, r), 8) for n, b, r in
+             [("h10", "b1", "r1"), ("h9", "b1", "r1"), ("x", "b1", "r01"), ("y", "b1", "r1")]]
+    topo = Topology(LEVELS, nodes)
+    assert topo.names == ("x", "h9", "h10", "y")
+    assert [tuple(p) for p in topo.paths[1]] == [("b1", "r01"), ("b1", "r1")]
