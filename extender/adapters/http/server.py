@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -96,13 +97,15 @@ class ExtenderServer:
     def __init__(self, handler: ExtenderHandler, observer: ServerObserver, *,
                  host: str = "127.0.0.1", port: int = 8888, prefix: str = "/scheduler",
                  limits: ServerLimits = ServerLimits(),
-                 ready_checks: Mapping[str, Callable[[], bool]] | None = None) -> None:
+                 ready_checks: Mapping[str, Callable[[], bool]] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
         self.observer = observer
         self.limits = limits
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self._host, self._port = host, port
         self._ready_checks = dict(ready_checks or {})
+        self._ssl = ssl_context
         self._counters = _Counters()
         self._binds = ThreadPoolExecutor(max_workers=limits.max_held_binds, thread_name_prefix="bind")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,7 +158,7 @@ class ExtenderServer:
         # filter on a connection we are closing at the same moment.
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, backlog=1024)
+        site = web.TCPSite(self._runner, self._host, self._port, backlog=1024, ssl_context=self._ssl)
         await site.start()
         sock = site._server.sockets[0]  # the port actually bound when port=0
         self.address = sock.getsockname()[:2]

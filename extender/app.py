@@ -1,0 +1,157 @@
+"""The composition root: the only place that reads files and flags and wires the ports.
+
+    kube-scheduler --HTTP--> adapters/http/server  --> service.TopologyExtender --> core
+    API server  --watch--> adapters/k8s/watch_cache --/        |
+                <--POST--- adapters/k8s/binder      <----------+ (Binder port)
+    /metrics    <--------- adapters/metrics.Metrics <----------+ (Observer port)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import config as kubeconfig
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.config.config_exception import ConfigException
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+
+from extender.adapters.http.server import ExtenderServer, ServerLimits
+from extender.adapters.k8s.api import Api
+from extender.adapters.k8s.binder import KubeBinder
+from extender.adapters.k8s.watch_cache import WatchCache
+from extender.adapters.metrics import Metrics
+from extender.service import TopologyExtender
+from extender.settings import Settings, from_mapping
+
+log = logging.getLogger("railyard")
+
+# kube-scheduler's default when an extender sets no httpTimeout (DefaultExtenderTimeout).
+SCHEDULER_DEFAULT_HTTP_TIMEOUT = 5.0
+
+
+class ConfigError(Exception):
+    """Settings or files that railyard cannot start with; the message lists every problem."""
+
+
+@dataclass
+class App:
+    settings: Settings
+    metrics: Metrics
+    binder: KubeBinder
+    service: TopologyExtender
+    cache: WatchCache
+    server: ExtenderServer
+
+    def start(self) -> tuple[str, int]:
+        """Serve first (healthz answers, readyz says not ready), then list and watch."""
+        address = self.server.start()
+        self.cache.start()
+        return address
+
+    def stop(self) -> None:
+        self.cache.stop()
+        self.server.stop()
+        self.binder.close()
+
+
+def load_settings(path: str | None, overrides: dict[str, Any]) -> Settings:
+    """The settings file (YAML, mirroring settings.Settings) with flag overrides on top."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    settings, problems = from_mapping(data)
+    settings, more = from_mapping(overrides, settings)
+    problems += more + settings.validate()
+    if settings.scheduler_config:
+        problems += check_scheduler_config(settings)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return settings
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration as kube-scheduler's config takes it: ``30s``, ``5m``, ``1m30s``, ``500ms``."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def check_scheduler_config(settings: Settings) -> list[str]:
+    """kube-scheduler cuts a bind call at its extender's httpTimeout: it must outlast a gang's wait."""
+    path = settings.scheduler_config
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        return [f"scheduler config {path}: {exc}"]
+    binders = [e for e in (doc or {}).get("extenders") or [] if isinstance(e, dict) and e.get("bindVerb")]
+    if not binders:
+        return [f"scheduler config {path}: no extender sets bindVerb, so gangs are never held at bind"]
+    problems = []
+    for ext in binders:
+        raw = ext.get("httpTimeout")
+        try:
+            timeout = parse_duration(str(raw)) if raw else SCHEDULER_DEFAULT_HTTP_TIMEOUT
+        except ValueError as exc:
+            problems.append(f"scheduler config {path}: extender {ext.get('urlPrefix')}: httpTimeout {exc}")
+            continue
+        gang = settings.gangs.default_timeout_seconds
+        if timeout <= gang:
+            problems.append(
+                f"scheduler config {path}: extender {ext.get('urlPrefix')} has httpTimeout {raw or '5s (default)'}, "
+                f"not longer than the gang timeout {gang:g}s: the scheduler would cut every held bind; "
+                f"set httpTimeout to at least {gang + 30:g}s")
+    return problems
+
+
+def kube_client(settings: Settings) -> ApiClient:
+    cfg = Configuration()
+    try:
+        if settings.kubeconfig:
+            kubeconfig.load_kube_config(config_file=settings.kubeconfig, client_configuration=cfg)
+        else:
+            kubeconfig.load_incluster_config(client_configuration=cfg)
+    except (ConfigException, OSError) as exc:
+        where = settings.kubeconfig or "in-cluster service account (no --kubeconfig given)"
+        raise ConfigError(f"cannot load Kubernetes credentials from {where}: {exc}") from None
+    # Three watches, up to 32 concurrent Bindings per gang and the event sender share the pool.
+    cfg.connection_pool_maxsize = 64
+    return ApiClient(cfg)
+
+
+def build(settings: Settings, client: ApiClient | None = None) -> App:
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes and friends
+    PlatformCollector(registry=registry)
+    metrics = Metrics(registry)
+    api = Api(client or kube_client(settings))
+    binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
+    service = TopologyExtender(settings, binder, metrics)
+    cache = WatchCache(api, service, metrics)
+    s = settings.server
+    host, _, port = s.listen.rpartition(":")
+    context = None
+    if s.tls_cert_file:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load TLS certificate {s.tls_cert_file} / key {s.tls_key_file}: {exc}") from None
+    server = ExtenderServer(
+        service, metrics, host=host.strip("[]"), port=int(port), prefix=s.prefix,
+        limits=ServerLimits(max_body_bytes=s.max_body_bytes, max_in_flight=s.max_in_flight,
+                            max_held_binds=s.max_held_binds),
+        ready_checks={"watch-cache": cache.synced}, ssl_context=context)
+    return App(settings, metrics, binder, service, cache, server)

@@ -1,0 +1,58 @@
+"""``railyard serve``: the kube-scheduler extender, until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the kube-scheduler extender (HTTP verbs, watch cache, metrics)",
+        description="Serve kube-scheduler's extender verbs (filter, prioritize, bind, preempt) under "
+        "PREFIX, with /healthz, /readyz, /metrics and /debug/gangs. Flags override the settings file.",
+    )
+    p.add_argument("--config", metavar="FILE", help="railyard settings (YAML, see extender/settings.py)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig; default: in-cluster service account")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:8888)")
+    p.add_argument("--prefix", help="urlPrefix path of the verbs (default /scheduler)")
+    p.add_argument("--scheduler-config", metavar="FILE",
+                   help="kube-scheduler's KubeSchedulerConfiguration: refuse to start if its httpTimeout "
+                   "would cut gangs held at bind")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from extender import app  # the kubernetes client and aiohttp load only for this command
+
+    overrides: dict = {}
+    if args.kubeconfig:
+        overrides["kubeconfig"] = args.kubeconfig
+    if args.scheduler_config:
+        overrides["scheduler_config"] = args.scheduler_config
+    server = {k: v for k, v in (("listen", args.listen), ("prefix", args.prefix)) if v}
+    if server:
+        overrides["server"] = server
+    try:
+        settings = app.load_settings(args.config, overrides)
+        application = app.build(settings)
+        host, port = application.start()
+    except (app.ConfigError, OSError) as exc:
+        print(f"railyard serve: {exc}", file=sys.stderr)
+        return 2
+    app.log.info("serving %s/{filter,prioritize,bind,preempt} on %s:%d", settings.server.prefix, host, port)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    app.log.info("stopping")
+    application.stop()
+    return 0

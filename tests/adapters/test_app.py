@@ -1,0 +1,105 @@
+"""The composition root: settings from file and flags, the scheduler config check, and the
+whole extender wired over a loopback stand-in API server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from extender import app
+from extender.settings import Settings, from_mapping
+from tests.adapters.fake_apiserver import HANG, FakeApiServer
+
+
+def node(name):
+    return {"metadata": {"name": name, "labels": {"network.topology.nvidia.com/spine": "s1"}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64"},
+                                   "capacity": {"nvidia.com/gpu": "8", "cpu": "64"},
+                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("5m", 300), ("1m30s", 90), ("500ms", 0.5), ("2h", 7200)])
+def test_parse_duration(text, seconds):
+    assert app.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["30", "s", "5 m", "1x"])
+def test_parse_duration_refuses(text):
+    with pytest.raises(ValueError):
+        app.parse_duration(text)
+
+
+def scheduler_config(tmp_path, **extender):
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(json.dumps({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                                "extenders": [{"urlPrefix": "http://127.0.0.1:8888/scheduler", **extender}]}))
+    return str(path)
+
+
+def test_http_timeout_must_outlast_the_gang_timeout(tmp_path):
+    short = scheduler_config(tmp_path, bindVerb="bind", httpTimeout="30s")
+    with pytest.raises(app.ConfigError, match=r"httpTimeout 30s, not longer than the gang timeout 60s.*"
+                                              r"set httpTimeout to at least 90s"):
+        app.load_settings(None, {"scheduler_config": short})
+    unset = scheduler_config(tmp_path, bindVerb="bind")
+    with pytest.raises(app.ConfigError, match=r"httpTimeout 5s \(default\)"):
+        app.load_settings(None, {"scheduler_config": unset})
+    ok = scheduler_config(tmp_path, bindVerb="bind", httpTimeout="5m")
+    assert app.load_settings(None, {"scheduler_config": ok}).scheduler_config == ok
+
+
+def test_flags_override_the_file_and_every_problem_is_reported(tmp_path):
+    path = tmp_path / "railyard.yaml"
+    path.write_text("server: {listen: '0.0.0.0:9000', prefix: /x}\ngangs: {default_timeout_seconds: 120}\n")
+    s = app.load_settings(str(path), {"server": {"listen": "127.0.0.1:7000"}})
+    assert (s.server.listen, s.server.prefix, s.gangs.default_timeout_seconds) == ("127.0.0.1:7000", "/x", 120)
+    path.write_text("server: {listen: nope, max_in_flight: 0}\nbogus: 1\n")
+    with pytest.raises(app.ConfigError) as exc:
+        app.load_settings(str(path), {})
+    assert str(exc.value) == ("unknown setting bogus; server.listen must be HOST:PORT, got 'nope'; "
+                              "server.max_in_flight must be positive")
+
+
+def get(address, path, body=None):
+    conn = http.client.HTTPConnection(*address, timeout=5)
+    conn.request("POST" if body is not None else "GET", path, body)
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def test_the_wired_extender_becomes_ready_and_filters(apiserver_app):
+    application, address = apiserver_app
+    deadline = time.monotonic() + 10
+    while get(address, "/readyz")[0] != 200:
+        assert time.monotonic() < deadline, get(address, "/readyz")
+        time.sleep(0.05)
+    body = {"Pod": {"metadata": {"name": "solo", "namespace": "ml", "uid": "u1"},
+                    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+                    "status": {"phase": "Pending"}},
+            "Nodes": None, "NodeNames": ["gpu-1", "gpu-2"]}
+    status, reply = get(address, "/scheduler/filter", json.dumps(body))
+    assert status == 200, reply
+    assert sorted(json.loads(reply)["NodeNames"]) == ["gpu-1", "gpu-2"]
+    status, text = get(address, "/metrics")
+    assert b'railyard_cache_objects{kind="nodes"} 2.0' in text
+    assert b"process_resident_memory_bytes" in text
+
+
+@pytest.fixture
+def apiserver_app():
+    with FakeApiServer() as fake:
+        fake.list("/api/v1/nodes", ([node("gpu-1"), node("gpu-2")], "5"))
+        fake.list("/api/v1/pods", ([], "5"))
+        for path in ("/api/v1/nodes", "/api/v1/pods"):
+            fake.watch(path, [HANG])
+        settings, problems = from_mapping({"server": {"listen": "127.0.0.1:0"}}, Settings())
+        assert not problems
+        application = app.build(settings, client=fake.client())
+        address = application.start()
+        try:
+            yield application, address
+        finally:
+            application.stop()
