@@ -12,12 +12,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from extender.adapters import kubeobjects as ko
 from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut
 from extender.core.gang import HOLDING, Event, Phase, next_phase
-from extender.core.planner import NoPlacement, Placement, plan
+from extender.core.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.state import ClusterState, Reservation, claim_slot
 from extender.core.topology import format_path
 from extender.core.verdicts import FilterVerdict, explain_no_placement, explain_placement
@@ -94,17 +95,21 @@ class WhatIf:
         return answers
 
     def _answer(self, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
-        topo = self.state.topology
-        if isinstance(result, NoPlacement):
-            return GangAnswer(result.gang, False, None, None, {}, explain_no_placement(topo, result))
-        return GangAnswer(
-            gang=result.gang,
-            feasible=True,
-            level=topo.level_key(result.level),
-            domain=list(result.domain.path),
-            placement={s.member: s.node for s in result.slots if s.member in members},
-            reason=explain_placement(topo, result),
-        )
+        return _answer(self.state, result, members)
+
+
+def _answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
+    topo = state.topology
+    if isinstance(result, NoPlacement):
+        return GangAnswer(result.gang, False, None, None, {}, explain_no_placement(topo, result))
+    return GangAnswer(
+        gang=result.gang,
+        feasible=True,
+        level=topo.level_key(result.level),
+        domain=list(result.domain.path),
+        placement={s.member: s.node for s in result.slots if s.member in members},
+        reason=explain_placement(topo, result),
+    )
 
 
 # -- the live extender ------------------------------------------------------------------------
@@ -157,9 +162,14 @@ class GangRecord:
     members: tuple[str, ...] = ()
     sized: bool = True
     bound_at: float | None = None
+    on_step: Callable[["GangRecord", Phase, Event], None] | None = field(default=None, repr=False, compare=False)
+    """Called after every transition (WatchGangs); set ``reason`` before stepping."""
 
     def step(self, event: Event) -> None:
+        previous = self.phase
         self.phase = next_phase(self.phase, event)
+        if self.on_step is not None:
+            self.on_step(self, previous, event)
 
 
 class TopologyExtender:
@@ -193,6 +203,7 @@ class TopologyExtender:
         self._gangs: dict[str, GangRecord] = {}
         self._podgroups: dict[str, ko.PodGroupFacts] = {}
         self._synced: set[str] = set()
+        self._watchers: list[Callable[[dict], None]] = []
 
     # -- cache sink ---------------------------------------------------------------------------
 
@@ -397,7 +408,8 @@ class TopologyExtender:
     def _gang(self, key: str, now: float) -> GangRecord:
         rec = self._gangs.get(key)
         if rec is None:
-            rec = self._gangs[key] = GangRecord(key, now)
+            rec = self._gangs[key] = GangRecord(key, now, on_step=self._stepped)
+            self._publish(rec, None, None)
         return rec
 
     def _plan(self, rec: GangRecord, now: float, pod: dict) -> None:
@@ -433,8 +445,8 @@ class TopologyExtender:
 
     def _release(self, rec: GangRecord, event: Event, reason: str) -> None:
         self.state.release(rec.key)
-        rec.step(event)
         rec.reason = reason
+        rec.step(event)
         rec.round += 1
         rec.at_bind.clear()
         self._report_reservations()
@@ -545,9 +557,9 @@ class TopologyExtender:
             now = self.clock()
             if not failed:
                 rec.results = dict(results)
-                rec.step(Event.BOUND)
                 rec.bound_at = now
                 rec.reason = f"gang {rec.key} bound: {len(members)} pods"
+                rec.step(Event.BOUND)
                 self.observer.gang_finished("bound")
                 self.observer.gang_time_to_bind(now - rec.first_seen)
                 # Slots are consumed as the watch shows each pod bound; drop leftovers soon.
@@ -568,8 +580,8 @@ class TopologyExtender:
                       f"{len(members) - len(failed)} bound members evicted so the gang restarts whole")
             rec.results = {k: reason for k in members}
             self.state.release(rec.key)
-            rec.step(Event.BIND_FAILED)
             rec.reason = reason
+            rec.step(Event.BIND_FAILED)
             self.observer.gang_finished("compensated")
             self._report_reservations()
             self._cond.notify_all()
@@ -636,6 +648,105 @@ class TopologyExtender:
                     "reason": rec.reason,
                 })
             return out
+
+
+    # -- explain, what-if and watch (the gRPC API) -------------------------------------------
+
+    def explain(self, pod_key: str) -> dict | None:
+        """Why a pod waits: its gang's phase and reason, the plan, and how much of the gang each
+        domain at the gang's bound level holds. The gang's own reservation is given back for
+        the table, so it shows what the gang could get now. None: railyard never saw the pod.
+        """
+        with self._cond:
+            now = self.clock()
+            self._expire(now)
+            pod = self._pending.get(pod_key)
+            if pod is not None:
+                gang, named = ko.group_key(pod)
+            elif pod_key in self._seen:
+                gang, named, _ = self._seen[pod_key]
+            else:
+                bound = next((g for g, k in self._bound.values() if k == pod_key), None)
+                if bound is None:
+                    return None
+                gang, named = bound, True
+            rec = self._gangs.get(gang) if named else None
+            members = sorted((p for p in self._pending.values() if ko.group_key(p)[0] == gang), key=ko.pod_key)
+            out: dict[str, Any] = {
+                "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pod is not None else "bound",
+                "reason": "", "plan": {}, "quorum": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
+                "pods": 0, "level": "", "fit": [],
+            }
+            if rec is not None:
+                out.update(phase=rec.phase.value, reason=rec.reason, quorum=rec.quorum, at_bind=len(rec.at_bind))
+                if rec.placement is not None and rec.phase in HOLDING:
+                    out["plan"] = {s.member: s.node for s in rec.placement.slots}
+                if rec.deadline is not None and rec.phase in HOLDING:
+                    out["deadline_in_seconds"] = round(max(rec.deadline - now, 0.0), 1)
+            if not members:
+                return out
+            spec = ko.gang_spec(gang, members, self._podgroups, self.gpu)
+            with self._own_reservation_returned(gang):
+                topo = self.state.topology
+                bound_level, rows = domain_fits(spec, self.state.snapshot())
+            out["pods"] = len(spec.demand())
+            out["level"] = topo.level_key(bound_level) or ""
+            out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,
+                           "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes}
+                          for r in rows]
+            return out
+
+    def plan_gang(self, pods: Sequence[Mapping[str, Any]]) -> list[GangAnswer]:
+        """What-if for the gangs of ``pods`` against the live state, reserving nothing: each
+        gang is planned alone, with its own reservation (if it holds one) given back.
+        """
+        with self._cond:
+            answers = []
+            for key, members in ko.group_pods(pods).items():
+                spec = ko.gang_spec(key, members, self._podgroups, self.gpu)
+                with self._own_reservation_returned(key):
+                    result = plan(spec, self.state.snapshot())
+                    answers.append(_answer(self.state, result, {ko.pod_key(p) for p in members}))
+            return answers
+
+    def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
+        """Subscribe ``sink`` to gang phase changes. Returns every gang as it is now (so nothing
+        falls between the listing and the first change) and a function that unsubscribes.
+        ``sink`` is called under the service lock: it must only enqueue.
+        """
+        with self._cond:
+            self._watchers.append(sink)
+            listing = [_gang_event(rec, None, None) for rec in self._gangs.values()]
+
+        def unsubscribe() -> None:
+            with self._cond:
+                if sink in self._watchers:
+                    self._watchers.remove(sink)
+        return listing, unsubscribe
+
+    def _stepped(self, rec: GangRecord, previous: Phase, event: Event) -> None:
+        self._publish(rec, previous, event)
+
+    def _publish(self, rec: GangRecord, previous: Phase | None, event: Event | None) -> None:
+        if self._watchers:
+            change = _gang_event(rec, previous, event)
+            for sink in list(self._watchers):
+                sink(change)
+
+    @contextmanager
+    def _own_reservation_returned(self, gang: str) -> Iterator[None]:
+        """Plan as if ``gang`` held nothing; its reservation is restored exactly afterwards."""
+        held = self.state.release(gang)
+        try:
+            yield
+        finally:
+            if held is not None:
+                self.state.reserve(held)
+
+
+def _gang_event(rec: GangRecord, previous: Phase | None, event: Event | None) -> dict:
+    return {"gang": rec.key, "phase": rec.phase.value, "previous": previous.value if previous else "",
+            "event": event.value if event else "", "reason": rec.reason}
 
 
 def _name_of(obj: Mapping[str, Any]) -> str:

@@ -150,6 +150,47 @@ def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
     return _no_placement(gang, snap, avail, demand, bound, tolerations)
 
 
+@dataclass(frozen=True)
+class DomainFit:
+    """One domain's numbers for a gang, the rows of ``ExplainPod``'s fit table."""
+
+    domain: Domain
+    nodes: int
+    gpus: int
+    """Allocatable GPUs of the domain."""
+    available: int
+    """GPUs this gang could use: free on nodes that are schedulable and whose taints it tolerates."""
+    fits: int
+    """How many of the gang's pods the domain holds (largest shapes first)."""
+    blocked_nodes: int
+    """Nodes cordoned, not ready, or tainted against the gang."""
+
+
+def domain_fits(gang: GangSpec, snap: Snapshot) -> tuple[int, list[DomainFit]]:
+    """The level the gang is bound to and, for every domain at it, how much of the gang fits,
+    best first: the numbers behind a NoPlacement's one-line reason, for every domain.
+    """
+    topo = snap.topology
+    bound, _, _ = resolve_levels(gang, topo)
+    tolerations = _tolerations(gang.members)
+    avail = _available(snap, tolerations)
+    classes = _classes([s for s in gang.demand() if s > 0]) or [(1, 0)]
+    rows = []
+    for d in range(topo.domain_count(bound)):
+        dom = topo.domain(bound, d)
+        span = range(dom.start, dom.end)
+        rows.append(DomainFit(
+            domain=dom,
+            nodes=len(span),
+            gpus=sum(topo.nodes[i].gpus for i in span),
+            available=sum(avail[i] for i in span),
+            fits=_fits(avail, dom, classes),
+            blocked_nodes=sum(1 for i in span if not _eligible(snap, i, tolerations)),
+        ))
+    rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
+    return bound, rows
+
+
 # -- building blocks ------------------------------------------------------------------------
 
 
