@@ -7,6 +7,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
     gangs: {default_timeout_seconds: 60, bind_attempts: 3}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
+    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: ""}
 """
 
 from __future__ import annotations
@@ -53,10 +54,25 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class GrpcSettings:
+    listen: str = "127.0.0.1:8889"
+    """host:port of the gRPC API (verbs, PlanGang, ExplainPod, WatchGangs, health, reflection).
+    Loopback by default, like the HTTP endpoint; empty turns the gRPC server off."""
+    tls_cert_file: str = ""
+    """Serve TLS with this certificate (PEM); re-read when the file changes. Empty: plaintext."""
+    tls_key_file: str = ""
+    client_ca_file: str = ""
+    """mTLS: require client certificates signed by this CA (PEM). Needs the certificate and key."""
+    max_workers: int = 64
+    """Calls served at once (a held Bind or a WatchGangs stream keeps one); more get RESOURCE_EXHAUSTED."""
+
+
+@dataclass(frozen=True)
 class Settings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     gangs: GangSettings = field(default_factory=GangSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""
     scheduler_config: str = ""
@@ -74,6 +90,16 @@ class Settings:
                 problems.append(f"server.{name} must be positive")
         if bool(self.server.tls_cert_file) != bool(self.server.tls_key_file):
             problems.append("server.tls_cert_file and server.tls_key_file go together")
+        if self.grpc.listen:
+            host, _, port = self.grpc.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                problems.append(f"grpc.listen must be HOST:PORT or empty, got {self.grpc.listen!r}")
+        if bool(self.grpc.tls_cert_file) != bool(self.grpc.tls_key_file):
+            problems.append("grpc.tls_cert_file and grpc.tls_key_file go together")
+        if self.grpc.client_ca_file and not self.grpc.tls_cert_file:
+            problems.append("grpc.client_ca_file (mTLS) needs grpc.tls_cert_file and grpc.tls_key_file")
+        if self.grpc.max_workers <= 0:
+            problems.append("grpc.max_workers must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
         if self.gangs.bind_attempts < 1:
