@@ -1,6 +1,7 @@
 """The composition root: the only place that reads files and flags and wires the ports.
 
     kube-scheduler --HTTP--> adapters/http/server  --> service.TopologyExtender --> core
+    gRPC clients  --gRPC--> adapters/grpc/server  --/
     API server  --watch--> adapters/k8s/watch_cache --/        |
                 <--POST--- adapters/k8s/binder      <----------+ (Binder port)
     /metrics    <--------- adapters/metrics.Metrics <----------+ (Observer port)
@@ -21,6 +22,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from extender.adapters.grpc.server import GrpcServer, TlsFiles
 from extender.adapters.http.server import ExtenderServer, ServerLimits
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
@@ -47,15 +49,21 @@ class App:
     service: TopologyExtender
     cache: WatchCache
     server: ExtenderServer
+    grpc: GrpcServer | None = None
+    """None when ``grpc.listen`` is empty."""
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
         address = self.server.start()
+        if self.grpc is not None:
+            self.grpc.start()
         self.cache.start()
         return address
 
     def stop(self) -> None:
         self.cache.stop()
+        if self.grpc is not None:
+            self.grpc.stop()
         self.server.stop()
         self.binder.close()
 
@@ -154,4 +162,9 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
         limits=ServerLimits(max_body_bytes=s.max_body_bytes, max_in_flight=s.max_in_flight,
                             max_held_binds=s.max_held_binds),
         ready_checks={"watch-cache": cache.synced}, ssl_context=context)
-    return App(settings, metrics, binder, service, cache, server)
+    g = settings.grpc
+    grpc_server = None
+    if g.listen:
+        tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
+        grpc_server = GrpcServer(service, listen=g.listen, tls=tls, max_workers=g.max_workers, ready=cache.synced)
+    return App(settings, metrics, binder, service, cache, server, grpc_server)

@@ -20,6 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig; default: in-cluster service account")
     p.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:8888)")
     p.add_argument("--prefix", help="urlPrefix path of the verbs (default /scheduler)")
+    p.add_argument("--grpc-listen", metavar="HOST:PORT",
+                   help="address of the gRPC API (default 127.0.0.1:8889; '' turns it off)")
     p.add_argument("--scheduler-config", metavar="FILE",
                    help="kube-scheduler's KubeSchedulerConfiguration: refuse to start if its httpTimeout "
                    "would cut gangs held at bind")
@@ -40,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     server = {k: v for k, v in (("listen", args.listen), ("prefix", args.prefix)) if v}
     if server:
         overrides["server"] = server
+    if args.grpc_listen is not None:
+        overrides["grpc"] = {"listen": args.grpc_listen}
     try:
         settings = app.load_settings(args.config, overrides)
         application = app.build(settings)
@@ -48,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"railyard serve: {exc}", file=sys.stderr)
         return 2
     app.log.info("serving %s/{filter,prioritize,bind,preempt} on %s:%d", settings.server.prefix, host, port)
+    if application.grpc is not None:
+        app.log.info("serving gRPC extender.api.v1.Extender, health and reflection on %s", settings.grpc.listen)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

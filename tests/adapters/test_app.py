@@ -95,7 +95,8 @@ def apiserver_app():
         fake.list("/api/v1/pods", ([], "5"))
         for path in ("/api/v1/nodes", "/api/v1/pods"):
             fake.watch(path, [HANG])
-        settings, problems = from_mapping({"server": {"listen": "127.0.0.1:0"}}, Settings())
+        settings, problems = from_mapping({"server": {"listen": "127.0.0.1:0"},
+                                           "grpc": {"listen": "127.0.0.1:0"}}, Settings())
         assert not problems
         application = app.build(settings, client=fake.client())
         address = application.start()

@@ -1,0 +1,53 @@
+"""``railyard serve``'s composition serves gRPC beside HTTP: health turns SERVING once the watch
+cache has synced, and the verbs answer from the same service the HTTP face uses."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import orjson
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from extender import app
+from extender.api.v1 import extender_pb2 as pb
+from extender.api.v1 import extender_pb2_grpc as pb_grpc
+from extender.settings import Settings, from_mapping
+from tests.adapters.fake_apiserver import HANG, FakeApiServer
+from tests.adapters.test_app import node
+
+
+def test_serve_wires_grpc_with_health_and_verbs():
+    with FakeApiServer() as fake:
+        fake.list("/api/v1/nodes", ([node("gpu-1"), node("gpu-2")], "5"))
+        fake.list("/api/v1/pods", ([], "5"))
+        for path in ("/api/v1/nodes", "/api/v1/pods"):
+            fake.watch(path, [HANG])
+        settings, problems = from_mapping({"server": {"listen": "127.0.0.1:0"},
+                                           "grpc": {"listen": "127.0.0.1:0"}}, Settings())
+        assert not problems
+        application = app.build(settings, client=fake.client())
+        application.start()
+        try:
+            assert application.grpc is not None
+            with grpc.insecure_channel(f"127.0.0.1:{application.grpc.port}") as channel:
+                check = health_pb2_grpc.HealthStub(channel).Check
+                deadline = time.monotonic() + 10
+                while check(health_pb2.HealthCheckRequest()).status != health_pb2.HealthCheckResponse.SERVING:
+                    assert time.monotonic() < deadline, "gRPC health never turned SERVING"
+                    time.sleep(0.1)
+                pod = {"metadata": {"name": "solo", "namespace": "ml", "uid": "u1"},
+                       "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+                       "status": {"phase": "Pending"}}
+                reply = pb_grpc.ExtenderStub(channel).Filter(
+                    pb.FilterRequest(pod=orjson.dumps(pod), node_names=["gpu-1", "gpu-2"]))
+                assert sorted(reply.node_names) == ["gpu-1", "gpu-2"]
+        finally:
+            application.stop()
+
+
+def test_an_empty_grpc_listen_turns_grpc_off():
+    settings, _ = from_mapping({"grpc": {"listen": ""}}, Settings())
+    assert settings.validate() == []
+    with FakeApiServer() as fake:
+        assert app.build(settings, client=fake.client()).grpc is None
