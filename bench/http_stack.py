@@ -7,8 +7,8 @@ body over one keep-alive connection, sequentially, and reports p50/p99 per reque
 same run again while HELD bind requests are parked in the server (as a gang held at bind is),
 to show that held binds don't slow or block filter.
 
-    python bench/http_stack.py                 # every stack x codec, 500 and 5000 names
-    python bench/http_stack.py --requests 3000 --held 64
+    python -m bench.http_stack                 # every stack x codec, 500 and 5000 names
+    python -m bench.http_stack --requests 3000 --held 64
 
 Only loopback traffic; every loop is bounded.
 """
@@ -47,6 +47,9 @@ def answer(loads, dumps, path: str, body: bytes, release: threading.Event) -> by
         return dumps({"Error": ""})
     names = args["NodeNames"]
     return dumps({"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""})
+
+
+STACKS = (("floor", "-"), ("stdlib", "json"), ("stdlib", "orjson"), ("aiohttp", "json"), ("aiohttp", "orjson"))
 
 
 def free_port() -> int:
@@ -112,6 +115,36 @@ def serve_aiohttp(port: int, codec: str, ready, release_evt) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=False, access_log=None)
 
 
+def serve_floor(port: int, codec: str, ready, release_evt) -> None:
+    """Not a candidate: reads each request and sends a canned reply, no HTTP parsing, no JSON.
+    Its latency is what the client and the loopback cost, the floor under every stack."""
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+    class Floor(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.t, self.buf = transport, b""
+
+        def data_received(self, data):
+            self.buf += data
+            while True:
+                head, sep, rest = self.buf.partition(b"\r\n\r\n")
+                if not sep:
+                    return
+                n = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-length")))
+                if len(rest) < n:
+                    return
+                self.buf = rest[n:]
+                self.t.write(reply)
+
+    async def main():
+        server = await asyncio.get_running_loop().create_server(Floor, "127.0.0.1", port)
+        ready.set()
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
 def hold_binds(port: int, n: int) -> list[socket.socket]:
     body = json.dumps({"PodName": "p", "PodNamespace": "ml", "PodUID": "u", "Node": "n"}).encode()
     socks = []
@@ -123,18 +156,18 @@ def hold_binds(port: int, n: int) -> list[socket.socket]:
     return socks
 
 
-def client(port: int, body: bytes, requests: int) -> list[float]:
+def client(port: int, body: bytes, requests: int, path: str = "/scheduler/filter") -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"Content-Type": "application/json"}
     times = []
     for i in range(requests + 200):  # the first 200 warm up
         t0 = time.perf_counter()
-        conn.request("POST", "/scheduler/filter", body, headers)
+        conn.request("POST", path, body, headers)
         resp = conn.getresponse()
         resp.read()
         dt = time.perf_counter() - t0
         if resp.status != 200:
-            raise SystemExit(f"status {resp.status}")
+            raise SystemExit(f"{path}: status {resp.status}: {resp.read()[:300]!r}")
         if i >= 200:
             times.append(dt)
     conn.close()
@@ -149,7 +182,7 @@ def run_one(stack: str, codec: str, names: int, requests: int, held: int) -> dic
     port = free_port()
     ctx = mp.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
-    target = serve_stdlib if stack == "stdlib" else serve_aiohttp
+    target = {"stdlib": serve_stdlib, "aiohttp": serve_aiohttp, "floor": serve_floor}[stack]
     proc = ctx.Process(target=target, args=(port, codec, ready, release), daemon=True)
     proc.start()
     ready.wait(10)
@@ -162,16 +195,16 @@ def run_one(stack: str, codec: str, names: int, requests: int, held: int) -> dic
     body = filter_body(names)
     with ctx.Pool(1) as pool:
         idle = pool.apply(client, (port, body, requests))
-        socks = hold_binds(port, held)
-        busy = pool.apply(client, (port, body, requests))
+        socks = hold_binds(port, held) if stack != "floor" else []
+        busy = pool.apply(client, (port, body, requests)) if stack != "floor" else idle
     release.set()
     for s in socks:
         s.close()
     proc.terminate()
     proc.join(5)
-    return {"stack": stack, "codec": codec, "names": names,
+    return {"stack": stack, "codec": codec, "names": names, "held": held if stack != "floor" else 0,
             "p50": pct(idle, 0.5), "p99": pct(idle, 0.99),
-            "held": held, "held_p50": pct(busy, 0.5), "held_p99": pct(busy, 0.99),
+            "held_p50": pct(busy, 0.5), "held_p99": pct(busy, 0.99),
             "mean": statistics.fmean(idle) * 1e3}
 
 
@@ -184,11 +217,10 @@ def main() -> None:
     print(f"{'stack':8} {'codec':7} {'names':>5} {'p50 ms':>7} {'p99 ms':>7}  "
           f"{'with held binds':>15} {'p50 ms':>7} {'p99 ms':>7}")
     for names in args.names:
-        for stack in ("stdlib", "aiohttp"):
-            for codec in ("json", "orjson"):
-                r = run_one(stack, codec, names, args.requests, args.held)
-                print(f"{r['stack']:8} {r['codec']:7} {r['names']:5d} {r['p50']:7.3f} {r['p99']:7.3f}  "
-                      f"{r['held']:>15d} {r['held_p50']:7.3f} {r['held_p99']:7.3f}", flush=True)
+        for stack, codec in STACKS:
+            r = run_one(stack, codec, names, args.requests, args.held)
+            print(f"{r['stack']:8} {r['codec']:7} {r['names']:5d} {r['p50']:7.3f} {r['p99']:7.3f}  "
+                  f"{r['held']:>15d} {r['held_p50']:7.3f} {r['held_p99']:7.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -131,9 +131,9 @@ def _pod(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _names(value: Any, where: str) -> list[str]:
     if not isinstance(value, list):
         raise BadRequest(f"{where}: expected an array of node names, got {_kind(value)}")
-    for i, name in enumerate(value):
-        if not isinstance(name, str):
-            raise BadRequest(f"{where}[{i}]: expected a node name string, got {_kind(name)}")
+    if not set(map(type, value)) <= {str}:  # C-speed check; 5,000 names per filter call
+        i, name = next((i, n) for i, n in enumerate(value) if type(n) is not str)
+        raise BadRequest(f"{where}[{i}]: expected a node name string, got {_kind(name)}")
     return value
 
 
@@ -236,13 +236,14 @@ def filter_error(message: str) -> ExtenderFilterResult:
 
 
 def encode_host_priorities(scores: Sequence[tuple[str, int]]) -> HostPriorityList:
-    out: HostPriorityList = []
-    for host, score in scores:
-        if not MIN_EXTENDER_PRIORITY <= score <= MAX_EXTENDER_PRIORITY:
-            raise ValueError(f"score {score} for {host} is outside "
-                             f"{MIN_EXTENDER_PRIORITY}..{MAX_EXTENDER_PRIORITY}")
-        out.append(HostPriority(Host=host, Score=int(score)))
-    return out
+    # A 5,000-host reply is built per prioritize call: C-speed checks, dict literals.
+    if not scores:
+        return []
+    _, values = zip(*scores)
+    if min(values) < MIN_EXTENDER_PRIORITY or max(values) > MAX_EXTENDER_PRIORITY:
+        host, score = next((h, s) for h, s in scores if not MIN_EXTENDER_PRIORITY <= s <= MAX_EXTENDER_PRIORITY)
+        raise ValueError(f"score {score} for {host} is outside {MIN_EXTENDER_PRIORITY}..{MAX_EXTENDER_PRIORITY}")
+    return [{"Host": host, "Score": score} for host, score in scores]
 
 
 def encode_binding_result(error: str = "") -> ExtenderBindingResult:

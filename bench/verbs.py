@@ -1,0 +1,120 @@
+"""Extender verbs over loopback HTTP, the way kube-scheduler calls them (issue 4, item 11).
+
+The real server (aiohttp + orjson) in front of the real service with N nodes cached; a client in
+another process (keep-alive, one call at a time, like the scheduler's single scheduling loop)
+sends filter then prioritize with a candidate list of names and reports p50/p99 per verb.
+
+    python -m bench.verbs                         # 1,000 nodes x 500 names, 5,000 x 5,000
+    python -m bench.verbs --case 10000:5000 --requests 3000
+
+Two pod kinds: a single 8-GPU pod (best-fit packing over every candidate) and a member of a
+planned gang (steered to its slot, every other node gets a FailedNodes reason). No timing is
+asserted anywhere: these machines are shared and noisy, compare runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+
+from prometheus_client import CollectorRegistry
+
+from bench.http_stack import client, pct
+from extender import topotext
+from extender.adapters.http.server import ExtenderServer
+from extender.adapters.metrics import Metrics
+from extender.service import TopologyExtender
+from extender.settings import Settings
+
+
+class NoBinder:
+    def bind(self, namespace, name, uid, node):
+        pass
+
+    def delete_pod(self, namespace, name, uid):
+        pass
+
+    def event(self, pod, reason, message, type_="Warning"):
+        pass
+
+
+def pod(name: str, gpus: int, gang: str | None = None, size: int = 0) -> dict:
+    labels = {"scheduling.x-k8s.io/pod-group": gang} if gang else {}
+    annotations = {"railyard.io/min-member": str(size)} if gang else {}
+    return {"metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}", "labels": labels,
+                         "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
+                                                                  "requests": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def cluster(nodes: int) -> list[dict]:
+    """Blocks of 5 racks x 5 NVLink domains x 8 nodes (200 nodes a block), 8 GPUs each."""
+    return topotext.parse(topotext.generate(blocks=max(1, nodes // 200), racks=5, nvl=5, nodes=8)).nodes
+
+
+def service_times(service: TopologyExtender, names: list[str], requests: int = 300) -> dict:
+    """The same calls made in-process, without HTTP: what the service alone costs."""
+    out = {}
+    for kind, p in (("single", pod("solo", 8)), ("gang member", pod("g-3", 8, gang="g", size=16))):
+        for verb in ("filter", "prioritize"):
+            call = getattr(service, verb)
+            times = []
+            for _ in range(requests):
+                t = time.perf_counter()
+                call(p, names)
+                times.append(time.perf_counter() - t)
+            out[(kind, verb)] = (pct(times, 0.5), pct(times, 0.99))
+    return out
+
+
+def serve(nodes: int, n: int, ready, port_out, stop, direct) -> None:
+    service = TopologyExtender(Settings(), NoBinder(), Metrics(CollectorRegistry()))
+    service.relisted("nodes", cluster(nodes))
+    members = [pod(f"g-{i}", 8, gang="g", size=16) for i in range(16)]
+    service.relisted("pods", members)
+    service.relisted("podgroups", [])
+    direct.update(service_times(service, [node["metadata"]["name"] for node in cluster(nodes)][:n]))
+    server = ExtenderServer(service, Metrics(CollectorRegistry()), port=0)
+    _, port = server.start()
+    port_out.value = port
+    ready.set()
+    stop.wait()
+    server.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", nargs="+", default=["1000:500", "5000:5000"], metavar="NODES:NAMES")
+    p.add_argument("--requests", type=int, default=2000)
+    args = p.parse_args()
+    ctx = mp.get_context("spawn")
+    print(f"{'':40} {'over HTTP':>15}  {'service alone':>15}")
+    print(f"{'nodes':>5} {'names':>5} {'pod':12} {'verb':10} {'p50 ms':>7} {'p99 ms':>7}  "
+          f"{'p50 ms':>7} {'p99 ms':>7}  load")
+    for case in args.case:
+        nodes, n = map(int, case.split(":"))
+        ready, stop, port = ctx.Event(), ctx.Event(), ctx.Value("i", 0)
+        direct = ctx.Manager().dict()
+        proc = ctx.Process(target=serve, args=(nodes, n, ready, port, stop, direct), daemon=True)
+        proc.start()
+        if not ready.wait(300):
+            raise SystemExit("server did not start")
+        names = [node["metadata"]["name"] for node in cluster(nodes)][:n]
+        with ctx.Pool(1) as pool:
+            for kind, body_pod in (("single", pod("solo", 8)), ("gang member", pod("g-3", 8, gang="g", size=16))):
+                body = json.dumps({"Pod": body_pod, "Nodes": None, "NodeNames": names}).encode()
+                for verb in ("filter", "prioritize"):
+                    times = pool.apply(client, (port.value, body, args.requests, f"/scheduler/{verb}"))
+                    d50, d99 = direct[(kind, verb)]
+                    print(f"{nodes:5d} {len(names):5d} {kind:12} {verb:10} {pct(times, 0.5):7.3f} "
+                          f"{pct(times, 0.99):7.3f}  {d50:7.3f} {d99:7.3f}  {os.getloadavg()[0]:.1f}", flush=True)
+        stop.set()
+        proc.join(10)
+
+
+if __name__ == "__main__":
+    main()
