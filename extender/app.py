@@ -20,7 +20,7 @@ import yaml
 from kubernetes import config as kubeconfig
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, start_http_server
 
 from extender.adapters.grpc.server import GrpcServer, TlsFiles
 from extender.adapters.http.server import ExtenderServer, ServerLimits
@@ -51,12 +51,17 @@ class App:
     server: ExtenderServer
     grpc: GrpcServer | None = None
     """None when ``grpc.listen`` is empty."""
+    metrics_server: Any = None
+    """The /metrics-only listener (``server.metrics_listen``), once started."""
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
         address = self.server.start()
         if self.grpc is not None:
             self.grpc.start()
+        if self.settings.server.metrics_listen:
+            host, _, port = self.settings.server.metrics_listen.rpartition(":")
+            self.metrics_server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=self.metrics.registry)
         self.cache.start()
         return address
 
@@ -64,6 +69,8 @@ class App:
         self.cache.stop()
         if self.grpc is not None:
             self.grpc.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
         self.server.stop()
         self.binder.close()
 

@@ -51,6 +51,9 @@ class ServerSettings:
     """bind calls held at once (each may wait for its gang); more are refused at once."""
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    metrics_listen: str = ""
+    """host:port of an extra listener that serves only /metrics, so Prometheus can scrape the pod
+    (e.g. ``0.0.0.0:9090``) while the verbs stay on loopback. Empty: /metrics on ``listen`` only."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Settings:
                 problems.append(f"server.{name} must be positive")
         if bool(self.server.tls_cert_file) != bool(self.server.tls_key_file):
             problems.append("server.tls_cert_file and server.tls_key_file go together")
+        if self.server.metrics_listen:
+            host, _, port = self.server.metrics_listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                problems.append(f"server.metrics_listen must be HOST:PORT or empty, got {self.server.metrics_listen!r}")
         if self.grpc.listen:
             host, _, port = self.grpc.listen.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:

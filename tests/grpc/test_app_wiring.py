@@ -4,6 +4,7 @@ cache has synced, and the verbs answer from the same service the HTTP face uses.
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import grpc
 import orjson
@@ -51,3 +52,22 @@ def test_an_empty_grpc_listen_turns_grpc_off():
     assert settings.validate() == []
     with FakeApiServer() as fake:
         assert app.build(settings, client=fake.client()).grpc is None
+
+
+def test_metrics_listen_serves_metrics_on_a_second_port():
+    with FakeApiServer() as fake:
+        fake.list("/api/v1/nodes", ([node("gpu-1")], "5"))
+        fake.list("/api/v1/pods", ([], "5"))
+        for path in ("/api/v1/nodes", "/api/v1/pods"):
+            fake.watch(path, [HANG])
+        settings, problems = from_mapping({"server": {"listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"},
+                                           "grpc": {"listen": ""}}, Settings())
+        assert not problems
+        application = app.build(settings, client=fake.client())
+        application.start()
+        try:
+            port = application.metrics_server.server_address[1]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                assert b"railyard_reserved_gpus" in reply.read()
+        finally:
+            application.stop()
