@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "plan": "extender.commands.plan",
     "serve": "extender.commands.serve",
+    "explain": "extender.commands.explain",
     "cluster": "extender.localcluster.cli",
     "demo": "extender.commands.demo",
 }

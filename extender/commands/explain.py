@@ -1,0 +1,101 @@
+"""``railyard explain <ns>/<pod>``: why a pod and its gang wait, asked of a running extender over gRPC.
+
+Prints the gang's phase and reason (the sentence kube-scheduler shows in FailedNodes), the plan
+while the gang holds one, and the fit table: for every domain at the level the gang must fit
+within, how many of its pods that domain holds right now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TARGET = "127.0.0.1:8889"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="why a pod and its gang wait (asks a running extender over gRPC)",
+        description="Ask a running railyard (gRPC ExplainPod) why a pod waits: its gang's phase, "
+        "reason, plan and per-domain fit table.",
+    )
+    p.add_argument("pod", metavar="NAMESPACE/POD")
+    p.add_argument("--grpc", default=DEFAULT_TARGET, metavar="HOST:PORT",
+                   help=f"the extender's gRPC address (default {DEFAULT_TARGET})")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument("--tls-ca", metavar="FILE", help="CA to verify the server with (turns TLS on)")
+    p.add_argument("--tls-cert", metavar="FILE", help="client certificate for mTLS")
+    p.add_argument("--tls-key", metavar="FILE", help="client key for mTLS")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import grpc  # loaded only for this command
+    from google.protobuf.json_format import MessageToDict
+
+    from extender.api.v1 import extender_pb2 as pb
+    from extender.api.v1 import extender_pb2_grpc as pb_grpc
+
+    namespace, sep, name = args.pod.partition("/")
+    if not sep or not namespace or not name:
+        print(f"railyard explain: give the pod as NAMESPACE/NAME, got {args.pod!r}", file=sys.stderr)
+        return 2
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("railyard explain: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    try:
+        if args.tls_ca:
+            creds = grpc.ssl_channel_credentials(
+                Path(args.tls_ca).read_bytes(),
+                Path(args.tls_key).read_bytes() if args.tls_key else None,
+                Path(args.tls_cert).read_bytes() if args.tls_cert else None)
+            channel = grpc.secure_channel(args.grpc, creds)
+        else:
+            channel = grpc.insecure_channel(args.grpc)
+    except OSError as exc:
+        print(f"railyard explain: {exc}", file=sys.stderr)
+        return 2
+    with channel:
+        try:
+            reply = pb_grpc.ExtenderStub(channel).ExplainPod(
+                pb.ExplainPodRequest(namespace=namespace, name=name), timeout=args.timeout)
+        except grpc.RpcError as exc:
+            print(f"railyard explain: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1 if exc.code() == grpc.StatusCode.NOT_FOUND else 2
+    answer = MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(render(answer))
+    return 0
+
+
+def render(a: dict[str, Any]) -> str:
+    """The answer as an operator reads it."""
+    phase = a["phase"]
+    if phase == "waiting":
+        phase += f" ({a['at_bind']}/{a['quorum']} GPU members at bind)"
+    if float(a.get("deadline_in_seconds") or 0) > 0:
+        phase += f", {float(a['deadline_in_seconds']):.0f}s before it times out"
+    lines = [f"pod {a['pod']}: gang {a['gang']} is {phase}"]
+    if a["reason"]:
+        lines.append(f"reason: {a['reason']}")
+    if a["plan"]:
+        lines.append("plan:")
+        width = max(len(m) for m in a["plan"])
+        lines += [f"  {m:<{width}}  {n}" for m, n in sorted(a["plan"].items())]
+    if a["fit"]:
+        where = f"within one {a['level']}" if a["level"] else "across the cluster"
+        lines.append(f"fit of {a['pods']} pods {where} (its own reservation counted as free):")
+        rows = [("DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED")]
+        rows += [("/".join(d or "-" for d in f["domain"]) or "(cluster)", str(f["nodes"]), str(f["gpus"]),
+                  str(f["available_gpus"]), f"{f['fits']}/{a['pods']}", str(f["blocked_nodes"]))
+                 for f in a["fit"]]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
