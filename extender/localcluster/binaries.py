@@ -192,6 +192,7 @@ def ensure_component(component: Component, root: Path, tools_dir: Path, log: Tex
         go = find_go()
         build_log = root / f"{component.name}-{version}.build.log"
         staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=root))
+        staging.chmod(0o755)  # mkdtemp makes it owner-only; the binaries are not secret
         try:
             _build(go, component, version, tools_dir / component.tool_dir, staging, build_log, log)
             _check_versions(component, version, staging)
@@ -231,8 +232,10 @@ def build_command(go: str, component: Component, version: str, out_dir: Path) ->
         output = str(out_dir / name)
     else:
         output = str(out_dir) + os.sep
+    # -buildvcs=false: the helper module's own git state says nothing about the binaries, and
+    # stamping it fails in checkouts git considers unsafe (other owner).
     return [
-        go, "build", "-v", "-trimpath",
+        go, "build", "-v", "-trimpath", "-buildvcs=false",
         "-ldflags", " ".join(component.ldflags(version)),
         "-o", output,
         *component.packages.values(),

@@ -45,7 +45,7 @@ def test_kubernetes_ldflags_make_version_honest():
 
 def test_build_command_is_static_and_trimmed(tmp_path):
     argv = binaries.build_command("go", binaries.KUBERNETES, "v1.37.2", tmp_path)
-    assert argv[:4] == ["go", "build", "-v", "-trimpath"]
+    assert argv[:5] == ["go", "build", "-v", "-trimpath", "-buildvcs=false"]
     assert argv[-2:] == ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler"]
     assert argv[argv.index("-o") + 1] == str(tmp_path) + "/"
     assert binaries.go_env({})["CGO_ENABLED"] == "0"
