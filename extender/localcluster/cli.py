@@ -37,6 +37,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="run a plain kube-scheduler without the railyard extender")
     up.add_argument("--apiserver-port", type=_port, default=0, metavar="PORT",
                     help="API server port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
+                    help="Kubernetes feature gates for kube-apiserver and kube-scheduler, "
+                         "e.g. GenericWorkload=true,TopologyAwareWorkloadScheduling=true")
+    up.add_argument("--runtime-config", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
+                    metavar="GROUP/VERSION=BOOL,...",
+                    help="kube-apiserver --runtime-config, e.g. scheduling.k8s.io/v1beta1=true")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="how long each component may take to become healthy (default: 180)")
     up.set_defaults(func=run_up)
@@ -68,6 +74,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _gates(text: str) -> dict[str, bool]:
+    gates = {}
+    for item in filter(None, text.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep or value.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"not NAME=true|false: {item!r}")
+        gates[name] = value.lower() == "true"
+    return gates
+
+
 def run_up(args: argparse.Namespace) -> int:
     options = cluster.UpOptions(
         workdir=args.workdir,
@@ -77,6 +93,8 @@ def run_up(args: argparse.Namespace) -> int:
         extender=args.extender,
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
+        feature_gates=args.feature_gates,
+        runtime_config=args.runtime_config,
     )
     # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

@@ -64,6 +64,11 @@ class UpOptions:
     """Prebuilt binaries; None = ``binaries.ensure()``."""
     timeout: float = 180.0
     """Seconds each component may take to become healthy."""
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    """Kubernetes feature gates for kube-apiserver and kube-scheduler alike, e.g.
+    ``{"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}`` (native gangs)."""
+    runtime_config: tuple[str, ...] = ()
+    """kube-apiserver ``--runtime-config`` entries, e.g. ``("scheduling.k8s.io/v1beta1=true",)``."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ def _start_all(
 
     env = processes.clean_env()
     timeout = options.timeout
+    api_extra, scheduler_extra = config.feature_flags(options.feature_gates, options.runtime_config)
 
     _say(log, f"starting etcd on 127.0.0.1:{ports.etcd_client}")
     etcd = processes.start(workdir, "etcd", config.etcd_args(bins.etcd, workdir / "etcd", ports), env)
@@ -140,7 +146,7 @@ def _start_all(
 
     _say(log, f"starting kube-apiserver on {api_url}")
     apiserver = processes.start(
-        workdir, "kube-apiserver", config.apiserver_args(bins.kube_apiserver, pki, ports, workdir / "pki"), env)
+        workdir, "kube-apiserver", config.apiserver_args(bins.kube_apiserver, pki, ports, workdir / "pki") + api_extra, env)
     api = ApiClient(api_url, pki)
     wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
 
@@ -153,18 +159,20 @@ def _start_all(
     kwok = processes.start(workdir, "kwok", config.kwok_args(bins.kwok, kubeconfig_file, stages_file, ports), env)
     wait_healthy(workdir, kwok, lambda: _http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
 
-    if ext_url is not None:
-        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender}")
-        extender = processes.start(workdir, "extender", config.extender_args(kubeconfig_file, ports), env)
-        wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
-
     scheduler_config_file = workdir / "scheduler-config.yaml"
     scheduler_config_file.write_text(config.dump_yaml(config.render_scheduler_config(
         custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)))
+
+    if ext_url is not None:
+        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender}")
+        extender = processes.start(
+            workdir, "extender", config.extender_args(kubeconfig_file, scheduler_config_file, ports), env)
+        wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
     _say(log, "starting kube-scheduler" + (" (extender on)" if ext_url else " (no extender)"))
     scheduler = processes.start(
         workdir, "kube-scheduler",
-        config.scheduler_args(bins.kube_scheduler, scheduler_config_file, kubeconfig_file, ports), env)
+        config.scheduler_args(bins.kube_scheduler, scheduler_config_file, kubeconfig_file, ports)
+        + scheduler_extra, env)
     wait_healthy(
         workdir, scheduler,
         lambda: _http_ok(f"https://{config.HOST}:{ports.scheduler}/readyz", insecure=True), timeout)
@@ -244,7 +252,7 @@ def _pick_ports(apiserver_port: int) -> config.Ports:
 
     return config.Ports(
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
-        scheduler=fresh(), kwok=fresh(), extender=fresh(),
+        scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
     )
 
 

@@ -47,6 +47,8 @@ class Ports:
     scheduler: int
     kwok: int
     extender: int
+    extender_grpc: int
+    """The extender's gRPC API (``railyard explain``); its default 8889 would clash."""
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -185,6 +187,23 @@ def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
     ]
 
 
+def feature_flags(feature_gates: dict[str, bool] | None = None,
+                  runtime_config: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """Extra flags for (kube-apiserver, kube-scheduler): ``--feature-gates`` on both, so the
+    API fields and the scheduler plugins agree (e.g. ``GenericWorkload`` gates both the
+    ``scheduling.k8s.io`` Workload/PodGroup fields and the GangScheduling plugin), and
+    ``--runtime-config`` (e.g. ``scheduling.k8s.io/v1beta1=true``: beta APIs are off by default)
+    on the API server only."""
+    common = []
+    if feature_gates:
+        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(feature_gates.items()))
+        common.append(f"--feature-gates={gates}")
+    api = list(common)
+    if runtime_config:
+        api.append(f"--runtime-config={','.join(runtime_config)}")
+    return api, list(common)
+
+
 def apiserver_args(binary: Path, pki: Pki, ports: Ports, cert_dir: Path) -> list[str]:
     return [
         str(binary),
@@ -246,6 +265,9 @@ def kwok_args(binary: Path, kubeconfig_file: Path, stages_file: Path, ports: Por
     ]
 
 
-def extender_args(kubeconfig_file: Path, ports: Ports, python: str = sys.executable) -> list[str]:
+def extender_args(kubeconfig_file: Path, scheduler_config_file: Path, ports: Ports,
+                  python: str = sys.executable) -> list[str]:
+    """``railyard serve`` on our ports; it checks the scheduler config's httpTimeout itself."""
     return [python, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig_file),
-            "--listen", f"{HOST}:{ports.extender}"]
+            "--listen", f"{HOST}:{ports.extender}", "--grpc-listen", f"{HOST}:{ports.extender_grpc}",
+            "--scheduler-config", str(scheduler_config_file)]

@@ -8,7 +8,8 @@ import yaml
 
 from extender.localcluster import config, pki
 
-PORTS = config.Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, scheduler=10259, kwok=10247, extender=8888)
+PORTS = config.Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, scheduler=10259, kwok=10247, extender=8888,
+                     extender_grpc=8889)
 
 
 def test_scheduler_config_serves_both_names_and_scores_every_node():
@@ -94,8 +95,9 @@ def test_kubeconfig_inlines_the_admin_cert(tmp_path):
 
 
 def test_extender_command_is_railyard_serve():
-    argv = config.extender_args(Path("/w/kubeconfig"), PORTS, python="/py")
-    assert argv == ["/py", "-m", "extender", "serve", "--kubeconfig", "/w/kubeconfig", "--listen", "127.0.0.1:8888"]
+    argv = config.extender_args(Path("/w/kubeconfig"), Path("/w/sched.yaml"), PORTS, python="/py")
+    assert argv == ["/py", "-m", "extender", "serve", "--kubeconfig", "/w/kubeconfig", "--listen", "127.0.0.1:8888",
+                    "--grpc-listen", "127.0.0.1:8889", "--scheduler-config", "/w/sched.yaml"]
 
 
 def test_a_given_scheduler_config_is_bound_to_this_cluster():
@@ -121,3 +123,12 @@ def test_without_a_given_config_the_generated_one_is_used():
     generated = config.render_scheduler_config(None, Path("/w/k"), config.extender_base(PORTS))
     assert generated == config.scheduler_config(Path("/w/k"), config.extender_url(PORTS))
     assert "extenders" not in config.render_scheduler_config(None, Path("/w/k"), None)
+
+
+def test_feature_flags_go_to_both_components_runtime_config_to_the_api_server_only():
+    api, sched = config.feature_flags(
+        {"TopologyAwareWorkloadScheduling": True, "GenericWorkload": True}, ("scheduling.k8s.io/v1beta1=true",))
+    gates = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    assert api == [gates, "--runtime-config=scheduling.k8s.io/v1beta1=true"]
+    assert sched == [gates]
+    assert config.feature_flags() == ([], [])
