@@ -106,7 +106,16 @@ def stop(workdir: Path, proc: Running, grace_seconds: float = 10.0) -> None:
             deadline = time.monotonic() + 5
             while is_alive(proc) and time.monotonic() < deadline:
                 time.sleep(0.05)
+        _wait_reaped(proc.pid)
     (pid_dir(workdir) / f"{proc.name}.pid").unlink(missing_ok=True)
+
+
+def _wait_reaped(pid: int, seconds: float = 3.0) -> None:
+    """Give init a moment to reap the exited process, so no <defunct> entry outlives ``down``."""
+    deadline = time.monotonic() + seconds
+    while _stat(pid) is not None and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.02)
 
 
 def _signal_group(pid: int, sig: int) -> None:
