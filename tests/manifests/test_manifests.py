@@ -1,0 +1,168 @@
+"""manifests/ rendered with kustomize: what ships is least-privilege, non-root, and carries the
+reference scheduler configuration railyard itself accepts. The real API server and
+kube-scheduler check them too (tests/e2e/test_deploy.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extender import app
+from extender.settings import Settings
+from tests.manifests.render import MANIFESTS, find, kustomize_command, render
+
+pytestmark = pytest.mark.skipif(kustomize_command() is None, reason="needs kubectl or kustomize on PATH")
+
+NAMESPACED = {"ServiceAccount", "Secret", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
+              "Role", "RoleBinding", "ServiceMonitor"}
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict]:
+    return render(MANIFESTS / "base")
+
+
+def scheduler_config(objects: list[dict]) -> dict:
+    return yaml.safe_load(find(objects, "ConfigMap", "railyard-scheduler-config")["data"]["scheduler-config.yaml"])
+
+
+def test_every_namespaced_object_names_its_namespace(base):
+    for obj in base:
+        if obj["kind"] in NAMESPACED:
+            assert obj["metadata"].get("namespace") in ("railyard-system", "kube-system"), obj["metadata"]
+
+
+def test_the_reference_scheduler_config(base):
+    cfg = scheduler_config(base)
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard"]
+    assert cfg["percentageOfNodesToScore"] == 100
+    assert cfg["leaderElection"]["leaderElect"] is True
+    assert "kubeconfig" not in cfg["clientConnection"]  # in-cluster credentials
+    (ext,) = cfg["extenders"]
+    assert ext == {
+        "urlPrefix": "http://127.0.0.1:8888/scheduler",
+        "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind",
+        "weight": 1, "nodeCacheCapable": True, "enableHTTPS": False,
+        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
+        "ignorable": False, "httpTimeout": "150s",
+    }
+
+
+def test_railyard_accepts_its_settings_and_the_scheduler_config_together(base, tmp_path):
+    settings_file = tmp_path / "railyard.yaml"
+    settings_file.write_text(find(base, "ConfigMap", "railyard-settings")["data"]["railyard.yaml"])
+    config_file = tmp_path / "scheduler-config.yaml"
+    config_file.write_text(yaml.safe_dump(scheduler_config(base)))
+    settings = app.load_settings(str(settings_file), {"scheduler_config": str(config_file)})
+    assert settings.server.listen == "127.0.0.1:8888" and settings.grpc.listen == "127.0.0.1:8889"
+    assert settings.server.metrics_listen == "0.0.0.0:9090"
+    timeout = app.parse_duration(scheduler_config(base)["extenders"][0]["httpTimeout"])
+    assert timeout > settings.gangs.default_timeout_seconds + 60
+
+
+def test_the_extender_role_is_exactly_what_railyard_uses(base):
+    role = find(base, "ClusterRole", "railyard-extender")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("scheduling.x-k8s.io", "podgroups", "get"), ("scheduling.x-k8s.io", "podgroups", "list"),
+        ("scheduling.x-k8s.io", "podgroups", "watch"),
+        ("", "pods/binding", "create"),
+        ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
+        ("", "events", "create"),
+    }
+    binding = find(base, "ClusterRoleBinding", "railyard-extender")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]
+
+
+def test_no_wildcards_no_secrets_no_cluster_admin(base):
+    for obj in base:
+        for rule in obj.get("rules", []):
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], obj["metadata"]["name"]
+            assert "secrets" not in rule["resources"], obj["metadata"]["name"]
+        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            assert obj["roleRef"]["name"] != "cluster-admin"
+    scheduler_roles = {b["roleRef"]["name"] for b in base if b["kind"].endswith("Binding")
+                       and b["subjects"][0]["name"] == "railyard-scheduler"}
+    assert scheduler_roles == {"system:kube-scheduler", "system:volume-scheduler",
+                               "extension-apiserver-authentication-reader", "railyard-scheduler-leader-election"}
+
+
+def test_the_deployment_runs_non_root_read_only_with_two_identities(base):
+    deploy = find(base, "Deployment", "railyard-scheduler")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "railyard-scheduler"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert containers["kube-scheduler"]["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"
+    for c in containers.values():
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert c["livenessProbe"] and c["readinessProbe"] and c["resources"]["requests"]
+    token_mount = {m["mountPath"]: m["name"] for m in containers["railyard"]["volumeMounts"]}
+    assert token_mount["/var/run/secrets/kubernetes.io/serviceaccount"] == "extender-token"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["extender-token"]["secret"]["secretName"] == "railyard-extender-token"
+    token = find(base, "Secret", "railyard-extender-token")
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "railyard"
+    # The generated ConfigMap names (with their hash) are the ones mounted.
+    names = {o["metadata"]["name"] for o in base if o["kind"] == "ConfigMap"}
+    assert {v["configMap"]["name"] for v in volumes.values() if "configMap" in v} == names
+
+
+def test_pdb_and_metrics_service_select_the_scheduler_pods(base):
+    labels = find(base, "Deployment", "railyard-scheduler")["spec"]["template"]["metadata"]["labels"]
+    for kind, selector in (("PodDisruptionBudget", lambda o: o["spec"]["selector"]["matchLabels"]),
+                           ("Service", lambda o: o["spec"]["selector"])):
+        obj = find(base, kind, "railyard")
+        assert selector(obj).items() <= labels.items()
+    ports = {p["name"]: p["port"] for p in find(base, "Service", "railyard-metrics")["spec"]["ports"]}
+    assert ports["metrics"] == 9090
+
+
+def test_https_overlay_differs_from_the_reference_only_in_tls():
+    https = render(MANIFESTS / "overlays" / "https")
+    cfg = scheduler_config(https)
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "https://127.0.0.1:8888/scheduler" and ext["enableHTTPS"] is True
+    assert ext["tlsConfig"] == {"caFile": "/etc/railyard/tls/ca.crt",
+                                "serverName": "railyard-extender.railyard-system.svc"}
+    reference = yaml.safe_load((MANIFESTS / "base" / "scheduler-config.yaml").read_text())
+    for key in ("urlPrefix", "enableHTTPS", "tlsConfig"):
+        ext.pop(key)
+        reference["extenders"][0].pop(key, None)
+    cfg.pop("extenders")
+    assert ext == reference.pop("extenders")[0] and cfg == reference
+    settings = yaml.safe_load(find(https, "ConfigMap", "railyard-settings")["data"]["railyard.yaml"])
+    assert settings["grpc"]["client_ca_file"] == "/etc/railyard/tls/ca.crt"
+    pod = find(https, "Deployment", "railyard-scheduler")["spec"]["template"]["spec"]
+    assert {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}["tls"] == "railyard-tls"
+
+
+def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_matches():
+    objs = render(MANIFESTS / "overlays" / "main-scheduler")
+    assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Secret",
+                                               "ServiceAccount"]
+    snippet = yaml.safe_load((MANIFESTS / "overlays" / "main-scheduler" / "scheduler-extender.yaml").read_text())
+    reference = yaml.safe_load((MANIFESTS / "base" / "scheduler-config.yaml").read_text())
+    assert snippet["extenders"] == reference["extenders"]
+    assert snippet["percentageOfNodesToScore"] == 100
+
+
+def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, base):
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(MANIFESTS / "base", tmp_path)],
+        "components": [os.path.relpath(MANIFESTS / "components" / "servicemonitor", tmp_path)]}))
+    objs = render(tmp_path)
+    monitor = find(objs, "ServiceMonitor", "railyard")
+    service = find(base, "Service", "railyard-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
