@@ -26,10 +26,16 @@ SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
 #: Scheduler names served by the one local kube-scheduler (extenders apply to every profile).
 SCHEDULER_NAMES = ("default-scheduler", "railyard")
-#: The resource that routes a pod through the extender.
-GPU_RESOURCE = "nvidia.com/gpu"
-#: Longer than any gang timeout: a gang held at bind keeps its bind call open (KUBE-FACTS 2).
-EXTENDER_HTTP_TIMEOUT = "120s"
+#: The shipped manifests: the local cluster runs kube-scheduler with their reference
+#: configuration and the extender under their ServiceAccount and RBAC (issue 6), so the e2e
+#: tests prove what a user installs. The local cluster runs from a checkout (editable install).
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+REFERENCE_SCHEDULER_CONFIG = MANIFESTS / "base" / "scheduler-config.yaml"
+EXTENDER_RBAC = MANIFESTS / "base" / "extender-rbac"
+#: The extender's identity in the manifests: (namespace, ServiceAccount).
+EXTENDER_SERVICE_ACCOUNT = ("railyard-system", "railyard")
+#: Where the reference configuration's extender listens; rebound to the local extender's port.
+REFERENCE_EXTENDER_BASE = "http://127.0.0.1:8888"
 #: The scheduler's own client; the default qps 50 caps binds and events (KUBE-FACTS 2).
 SCHEDULER_QPS = 1000
 SCHEDULER_BURST = 2000
@@ -100,45 +106,68 @@ def render_scheduler_config(
     return config
 
 
-def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration the local scheduler runs with.
+def reference_scheduler_config() -> dict[str, Any]:
+    """``manifests/base/scheduler-config.yaml``, the configuration users deploy."""
+    return yaml.safe_load(REFERENCE_SCHEDULER_CONFIG.read_text())
 
-    ``extender_url`` None means no extender (``--no-extender``): both profiles are plain
-    kube-scheduler. The field names are checked strictly by the scheduler (``enableHTTPS``,
-    not ``enableHttps``) and extender fields have no defaults, so every one is spelled out.
-    A later change may load this from ``manifests/``; keep the signature.
+
+def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
+    """The reference KubeSchedulerConfiguration from ``manifests/``, bound to this cluster.
+
+    Every extender field (verbs, nodeCacheCapable, managedResources, httpTimeout...) is the
+    shipped one; only what a loopback test cluster needs differs:
+    - ``clientConnection``: this cluster's admin kubeconfig, and qps/burst high enough for
+      benchmarks that bind thousands of pods;
+    - leader election off: one scheduler, no Lease to wait for at start;
+    - a profile for each of ``SCHEDULER_NAMES``: no other scheduler runs here, so the default
+      name is served too (extenders apply to every profile of a process anyway);
+    - the extender's ``urlPrefix`` points at the local extender's port; with ``extender_url``
+      None (``--no-extender``) the extenders are dropped.
     """
-    config: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        # With --config the --kubeconfig/--kube-api-qps/--kube-api-burst flags are ignored.
-        "clientConnection": {
-            "kubeconfig": str(kubeconfig),
-            "qps": SCHEDULER_QPS,
-            "burst": SCHEDULER_BURST,
-        },
-        "leaderElection": {"leaderElect": False},
-        # Score every feasible node, so the extender sees them all (KUBE-FACTS 2).
-        "percentageOfNodesToScore": 100,
-        "profiles": [{"schedulerName": name} for name in SCHEDULER_NAMES],
-    }
-    if extender_url is not None:
-        config["extenders"] = [
-            {
-                "urlPrefix": extender_url,
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "bindVerb": "bind",
-                "preemptVerb": "preempt",
-                "weight": 1,
-                "nodeCacheCapable": True,
-                "enableHTTPS": False,
-                "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
-                "ignorable": False,
-                "httpTimeout": EXTENDER_HTTP_TIMEOUT,
-            }
-        ]
+    config = reference_scheduler_config()
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig), "qps": SCHEDULER_QPS, "burst": SCHEDULER_BURST}
+    config["leaderElection"] = {"leaderElect": False}
+    profiles = {p["schedulerName"]: p for p in config.get("profiles") or [{"schedulerName": "railyard"}]}
+    template = next(iter(profiles.values()))
+    config["profiles"] = [profiles.get(name, {**copy.deepcopy(template), "schedulerName": name})
+                          for name in SCHEDULER_NAMES]
+    if extender_url is None:
+        config.pop("extenders", None)
+        return config
+    base = extender_url.removesuffix("/scheduler")
+    config["extenders"] = [
+        {**e, "urlPrefix": str(e["urlPrefix"]).replace(REFERENCE_EXTENDER_BASE, base)}
+        for e in config.get("extenders") or []
+    ]
     return config
+
+
+def extender_objects() -> list[dict[str, Any]]:
+    """The extender's Namespace, ServiceAccount, token Secret and RBAC from ``manifests/``, in
+    the order their kustomization lists them (plain YAML files, every namespace spelled out).
+    """
+    kustomization = yaml.safe_load((EXTENDER_RBAC / "kustomization.yaml").read_text())
+    objects = []
+    for name in kustomization["resources"]:
+        objects += [d for d in yaml.safe_load_all((EXTENDER_RBAC / name).read_text()) if d]
+    return objects
+
+
+def token_kubeconfig(ca_cert: Path, server: str, token: str) -> dict[str, Any]:
+    """A kubeconfig that authenticates with the extender ServiceAccount's token, as the
+    in-cluster configuration of the sidecar would."""
+    namespace, name = EXTENDER_SERVICE_ACCOUNT
+    user = f"system:serviceaccount:{namespace}:{name}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "railyard-local", "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca_cert.read_bytes()).decode()}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "railyard-local", "context": {"cluster": "railyard-local", "user": user}}],
+        "current-context": "railyard-local",
+        "preferences": {},
+    }
 
 
 def kubeconfig(pki: Pki, server: str, user: str = "railyard-admin") -> dict[str, Any]:

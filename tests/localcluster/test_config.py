@@ -18,27 +18,33 @@ def test_scheduler_config_serves_both_names_and_scores_every_node():
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["default-scheduler", "railyard"]
     assert cfg["percentageOfNodesToScore"] == 100
     assert cfg["clientConnection"] == {"kubeconfig": "/w/kubeconfig", "qps": 1000, "burst": 2000}
+    assert cfg["leaderElection"] == {"leaderElect": False}
     assert "extenders" not in cfg
 
 
-def test_scheduler_config_extender_entry_spells_every_field():
-    cfg = config.scheduler_config(Path("/w/kubeconfig"), config.extender_url(PORTS))
+def test_scheduler_config_is_the_reference_one_from_manifests_bound_to_this_cluster():
+    cfg = config.scheduler_config(Path("/w/kubeconfig"), "http://127.0.0.1:4321/scheduler")
+    reference = yaml.safe_load((config.MANIFESTS / "base" / "scheduler-config.yaml").read_text())
     (ext,) = cfg["extenders"]
-    assert ext == {
-        "urlPrefix": "http://127.0.0.1:8888/scheduler",
-        "filterVerb": "filter",
-        "prioritizeVerb": "prioritize",
-        "bindVerb": "bind",
-        "preemptVerb": "preempt",
-        "weight": 1,
-        "nodeCacheCapable": True,
-        "enableHTTPS": False,
-        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
-        "ignorable": False,
-        "httpTimeout": "120s",
-    }
+    (shipped,) = reference["extenders"]
+    assert ext == {**shipped, "urlPrefix": "http://127.0.0.1:4321/scheduler"}
+    assert ext["httpTimeout"] == "150s" and ext["bindVerb"] == "bind" and ext["nodeCacheCapable"] is True
+    assert cfg["percentageOfNodesToScore"] == reference["percentageOfNodesToScore"]
     # Round-trips through YAML as the scheduler will read it (strict decoding: exact keys).
     assert yaml.safe_load(config.dump_yaml(cfg)) == cfg
+
+
+def test_the_extender_identity_comes_from_manifests():
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in config.extender_objects()]
+    assert ("ServiceAccount", "railyard") in kinds and ("ClusterRole", "railyard-extender") in kinds
+    assert kinds[0] == ("Namespace", "railyard-system")  # first, so the namespaced ones can follow
+
+
+def test_token_kubeconfig_carries_the_token_and_the_ca(tmp_path):
+    files = pki.generate(tmp_path)
+    kc = config.token_kubeconfig(files.ca_cert, "https://127.0.0.1:6443", "tok")
+    assert kc["users"][0] == {"name": "system:serviceaccount:railyard-system:railyard", "user": {"token": "tok"}}
+    assert kc["clusters"][0]["cluster"]["certificate-authority-data"]
 
 
 def test_everything_listens_on_loopback(tmp_path):
