@@ -12,8 +12,9 @@ Nothing here is on a verb's path: verbs read what the sink keeps. Objects arrive
 Kubernetes JSON dicts (no client model classes), with ``metadata.managedFields`` removed.
 
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed``, as kube-scheduler
-does: a pod that finishes arrives as ``pod_deleted`` (its GPUs are free) and the cache never
-holds finished pods. PodGroups (``scheduling.x-k8s.io/v1alpha1``) are watched only while that
+does: a pod that finishes arrives as ``pod_deleted`` (its GPUs are free) carrying its last
+matching state (phase Running, not Succeeded: that is what the API server sends), and the
+cache never holds finished pods. PodGroups (``scheduling.x-k8s.io/v1alpha1``) are watched only while that
 API is served; until then the kind counts as listed with no objects, and the API is looked up
 again every ``podgroup_recheck`` seconds.
 """
