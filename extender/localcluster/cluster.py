@@ -35,7 +35,7 @@ import urllib3
 import yaml
 
 from extender.localcluster import binaries as binaries_mod
-from extender.localcluster import config, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster import config, identity, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
@@ -164,9 +164,12 @@ def _start_all(
         custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)))
 
     if ext_url is not None:
-        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender}")
+        # Not admin: the ServiceAccount and RBAC from manifests/, so e2e tests prove them enough.
+        extender_kubeconfig = workdir / "extender.kubeconfig"
+        user = identity.create_extender_identity(api, pki.ca_cert, api_url, extender_kubeconfig)
+        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender} as {user}")
         extender = processes.start(
-            workdir, "extender", config.extender_args(kubeconfig_file, scheduler_config_file, ports), env)
+            workdir, "extender", config.extender_args(extender_kubeconfig, scheduler_config_file, ports), env)
         wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
     _say(log, "starting kube-scheduler" + (" (extender on)" if ext_url else " (no extender)"))
     scheduler = processes.start(
