@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from extender.localcluster import processes
@@ -50,3 +53,19 @@ def test_topology_cluster_then_down_leaves_nothing_running(local_cluster):
     assert processes.recorded(cluster.workdir) == []
     status = cluster.railyard("status", check=False)
     assert status.returncode == 1 and "no cluster" in status.stdout
+
+
+def test_a_thousand_nodes_come_up_and_take_pods(local_cluster):
+    """The issue's scale target on this 2-core machine: 1,024 nodes, no heartbeat load."""
+    started = time.monotonic()
+    cluster = local_cluster(topology="blocks=4 racks=8 nvl=4 nodes=8 gpus=8")
+    up_seconds = time.monotonic() - started
+    core = cluster.core
+    nodes = core.list_node(_preload_content=False)
+    assert len(json.loads(nodes.data)["items"]) == 1024
+    assert up_seconds < 180, f"cluster up took {up_seconds:.0f}s"
+    ns = namespace(core)
+    names = create_pods(core, ns, [gpu_pod(unique("wide"), 8, sim_runtime="1s") for _ in range(32)])
+    wait_for_phase(core, ns, names, "Succeeded", timeout=120)
+    delete_pods(core, ns)
+    cluster.railyard("down")
