@@ -1,4 +1,4 @@
-"""``railyard cluster up | down | status | build``: the local GPU cluster from the shell.
+"""``railyard cluster up | down | status | restart-extender | build``: the local GPU cluster from the shell.
 
 ``up`` prints the admin kubeconfig path alone on stdout (scripts read it); everything else,
 progress included, goes to stderr. Every failure is one line on stderr and exit code 1.
@@ -54,6 +54,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="say what runs (exit 0 only if every component runs)")
     _workdir(status)
     status.set_defaults(func=run_status)
+
+    restart = sub.add_parser("restart-extender",
+                             help="stop the extender if it runs and start it again on the same port")
+    _workdir(restart)
+    restart.set_defaults(func=run_restart_extender)
 
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.set_defaults(func=run_build)
@@ -130,6 +135,15 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"extender        {state.get('extender') or 'off'}")
         print(f"kubeconfig      {state.get('kubeconfig')}")
     return 0 if all(p.running for p in procs) else 1
+
+
+def run_restart_extender(args: argparse.Namespace) -> int:
+    try:
+        pid = cluster.restart_extender(args.workdir)
+    except ClusterError as exc:
+        return _fail(exc)
+    print(pid, flush=True)
+    return 0
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -404,6 +404,30 @@ def down(workdir: Path, log: TextIO = sys.stderr, quiet: bool = False) -> list[s
     return stopped
 
 
+def restart_extender(workdir: Path, log: TextIO = sys.stderr, timeout: float = 180.0) -> int:
+    """Stop the extender if it runs, start it again with the command line ``up`` gave it (same
+    port, so the scheduler's config still points at it), wait for /readyz; return its pid.
+
+    For crash tests (``kill -9``, then this) and for trying a changed extender on a running
+    cluster. The previous log is kept as ``logs/extender.log.1``.
+    """
+    workdir = Path(workdir).resolve()
+    try:
+        state = json.loads((workdir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        raise ClusterError(f"no running cluster in {workdir} (cluster.json missing)") from None
+    if not state.get("extender"):
+        raise ClusterError(f"the cluster in {workdir} runs without the extender (--no-extender)")
+    port = state["ports"]["extender"]
+    _say(log, f"restarting the railyard extender on 127.0.0.1:{port}")
+    try:
+        extender = processes.restart(workdir, "extender", processes.clean_env())
+    except FileNotFoundError as exc:
+        raise ClusterError(str(exc)) from None
+    wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{port}/readyz"), timeout)
+    return extender.pid
+
+
 @dataclass(frozen=True)
 class ComponentStatus:
     name: str

@@ -10,6 +10,7 @@ it spawned) and logs to ``<workdir>/logs/<name>.log``.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import socket
@@ -65,7 +66,31 @@ def start(workdir: Path, name: str, argv: list[str], env: dict[str, str] | None 
         )
     running = Running(name=name, pid=proc.pid, start_time=_start_time(proc.pid) or "")
     (pid_dir(workdir) / f"{name}.pid").write_text(f"{running.pid} {running.start_time}\n")
+    argv_path(workdir, name).write_text(json.dumps(argv) + "\n")
     return running
+
+
+def argv_path(workdir: Path, name: str) -> Path:
+    """The command line ``start`` ran for ``name``, as JSON: ``restart`` runs it again."""
+    return pid_dir(workdir) / f"{name}.argv.json"
+
+
+def restart(workdir: Path, name: str, env: dict[str, str] | None = None) -> Running:
+    """Stop ``name`` if it runs and start it again with the command line it was started with.
+
+    The previous log is kept as ``logs/<name>.log.1`` (what a crash test wants to read).
+    """
+    try:
+        argv = json.loads(argv_path(workdir, name).read_text())
+    except (OSError, ValueError):
+        raise FileNotFoundError(f"no recorded command line for {name} in {pid_dir(workdir)}") from None
+    for proc in recorded(workdir):
+        if proc.name == name:
+            stop(workdir, proc)
+    log = log_path(workdir, name)
+    if log.exists():
+        log.replace(log.with_name(log.name + ".1"))
+    return start(workdir, name, argv, env)
 
 
 def recorded(workdir: Path) -> list[Running]:

@@ -38,6 +38,21 @@ def test_a_reused_pid_is_not_ours(tmp_path):
     os.waitpid(proc.pid, 0)
 
 
+def test_restart_after_kill_runs_the_same_command_line_and_keeps_the_old_log(tmp_path):
+    script = "import sys, time; print('started', sys.argv[1], flush=True); time.sleep(60)"
+    first = processes.start(tmp_path, "crashy", [sys.executable, "-c", script, "arg"])
+    while "started" not in processes.log_path(tmp_path, "crashy").read_text():
+        pass
+    os.kill(first.pid, signal.SIGKILL)
+    os.waitpid(first.pid, 0)
+    second = processes.restart(tmp_path, "crashy")
+    assert second.pid != first.pid and processes.recorded(tmp_path) == [second]
+    while "started arg" not in processes.log_path(tmp_path, "crashy").read_text():
+        pass
+    assert (tmp_path / "logs" / "crashy.log.1").read_text() == "started arg\n"
+    processes.stop(tmp_path, second)
+
+
 def test_children_get_no_proxy_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:1")
     monkeypatch.setenv("https_proxy", "http://proxy.invalid:1")
