@@ -8,9 +8,12 @@ deletes its pods with ``delete_pods`` (grace period 0) so the GPUs are free for 
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,18 @@ class Cluster:
     def railyard(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``railyard cluster ARGS --workdir <this cluster>`` and return the result."""
         return run_railyard("cluster", *args, "--workdir", str(self.workdir), check=check)
+
+    def extender_gangs(self) -> dict[str, dict[str, Any]]:
+        """The extender's ``GET /debug/gangs``, by gang key; {} while it does not answer."""
+        state = json.loads((self.workdir / "cluster.json").read_text())
+        base = state["extender"].rsplit("/scheduler", 1)[0]
+        try:
+            with urllib.request.urlopen(base + "/debug/gangs", timeout=5) as response:
+                body = json.loads(response.read())
+        except (OSError, ValueError):
+            return {}
+        gangs = body.get("gangs", body) if isinstance(body, dict) else body
+        return {g["gang"]: g for g in gangs}
 
 
 def run_railyard(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
@@ -199,3 +214,115 @@ def delete_pods(core: CoreV1Api, ns: str) -> None:
 def unique(prefix: str) -> str:
     """A pod name unique within this test session."""
     return f"{prefix}-{next(_counter)}"
+
+
+# -- gangs ------------------------------------------------------------------------------------
+
+POD_GROUP = "scheduling.x-k8s.io/pod-group"
+RANK = "batch.kubernetes.io/job-completion-index"
+
+
+def gang_pods(gang: str, size: int, gpus: int = 8, *, required: str | None = None,
+              timeout_seconds: int | None = None, sim_runtime: str | None = None) -> list[dict[str, Any]]:
+    """The ``size`` members ``gang-0`` .. of a gang with ``railyard.io/min-member: size``."""
+    annotations = {"railyard.io/min-member": str(size)}
+    if required:
+        annotations["railyard.io/required-topology"] = required
+    if timeout_seconds is not None:
+        annotations["railyard.io/timeout-seconds"] = str(timeout_seconds)
+    return [gpu_pod(f"{gang}-{i}", gpus, sim_runtime=sim_runtime, labels={POD_GROUP: gang, RANK: str(i)},
+                    annotations=annotations) for i in range(size)]
+
+
+def names_of(pods: Iterable[dict[str, Any]]) -> list[str]:
+    return [p["metadata"]["name"] for p in pods]
+
+
+def node_labels(core: CoreV1Api) -> dict[str, dict[str, str]]:
+    return {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+
+
+class BindingWatch:
+    """Lists a namespace's pods every ``interval`` s in a thread and records the first time each
+    pod was seen with ``spec.nodeName``: the ground truth for "no gang is ever partly bound".
+
+    Listing raw JSON (no client models) keeps each poll cheap on a busy 2-core machine.
+    """
+
+    def __init__(self, core: CoreV1Api, ns: str, interval: float = 0.2) -> None:
+        self.core, self.ns, self.interval = core, ns, interval
+        self.first_bound: dict[str, tuple[float, str]] = {}
+        """pod name -> (monotonic time first seen bound, node)."""
+        self.first_phase: dict[tuple[str, str], float] = {}
+        """(pod name, phase) -> monotonic time first seen in that phase."""
+        self.polls = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"binding-watch-{ns}", daemon=True)
+
+    def __enter__(self) -> "BindingWatch":
+        self.poll()  # a baseline before the test creates anything
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.poll()
+            except Exception:  # a slow or refused list: the next poll tries again
+                continue
+
+    def poll(self) -> None:
+        response = self.core.list_namespaced_pod(self.ns, _preload_content=False, _request_timeout=20)
+        items = json.loads(response.data)["items"]
+        now = time.monotonic()
+        with self._lock:
+            self.polls += 1
+            for pod in items:
+                node = (pod.get("spec") or {}).get("nodeName")
+                name = pod["metadata"]["name"]
+                if node and name not in self.first_bound:
+                    self.first_bound[name] = (now, node)
+                phase = (pod.get("status") or {}).get("phase", "")
+                self.first_phase.setdefault((name, phase), now)
+
+    def bound(self, names: Iterable[str] | None = None) -> dict[str, str]:
+        """pod name -> node of every pod seen bound (of ``names``, if given)."""
+        with self._lock:
+            seen = {n: node for n, (_, node) in self.first_bound.items()}
+        return seen if names is None else {n: seen[n] for n in names if n in seen}
+
+    def first_seen(self, names: Iterable[str], phase: str | None = None) -> list[float]:
+        """When each of ``names`` was first seen bound (or in ``phase``), for those seen so."""
+        with self._lock:
+            if phase is None:
+                return [self.first_bound[n][0] for n in names if n in self.first_bound]
+            return [self.first_phase[(n, phase)] for n in names if (n, phase) in self.first_phase]
+
+    def wait_bound(self, names: Iterable[str], timeout: float, what: str) -> dict[str, str]:
+        names = list(names)
+        return wait_for(lambda: len(self.bound(names)) == len(names) and self.bound(names), timeout,
+                        f"{what}: {len(names)} pods bound (seen {len(self.bound(names))})")
+
+    def spread(self, names: Iterable[str]) -> float:
+        """Seconds between the first and the last member of ``names`` seen bound (0: none bound)."""
+        with self._lock:
+            times = [self.first_bound[n][0] for n in names if n in self.first_bound]
+        return max(times) - min(times) if times else 0.0
+
+    def assert_whole(self, gangs: dict[str, list[str]], max_spread: float = 2.0) -> None:
+        """Every gang is bound whole or not at all now, and was never seen partly bound for longer
+        than ``max_spread`` seconds (the time it takes to issue one gang's Bindings)."""
+        self.poll()
+        problems = []
+        for gang, members in gangs.items():
+            bound = self.bound(members)
+            if bound and len(bound) < len(members):
+                problems.append(f"gang {gang} is partly bound: {len(bound)}/{len(members)} ({sorted(bound)})")
+            elif bound and self.spread(members) > max_spread:
+                problems.append(f"gang {gang} was seen partly bound for {self.spread(members):.1f}s")
+        assert not problems, "; ".join(problems)
