@@ -312,9 +312,9 @@ def _explain(label: str, output: str, build_log: Path) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
     if any(marker in output for marker in _PROXY_ERRORS):
-        proxy = os.environ.get("GOPROXY") or _go_env_value("GOPROXY") or "the Go module proxy"
-        return (f"cannot build {label}: fetching modules from {proxy} failed ({last}); "
-                f"check the network or GOPROXY; full log: {build_log}")
+        proxy = os.environ.get("GOPROXY") or _go_env_value("GOPROXY") or "unset"
+        return (f"cannot build {label}: fetching modules from the Go module proxy failed "
+                f"(GOPROXY={proxy}): {last}; check the network or GOPROXY; full log: {build_log}")
     return f"cannot build {label}: {last}; full log: {build_log}"
 
 

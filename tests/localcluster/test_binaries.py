@@ -78,3 +78,14 @@ def test_no_go_toolchain_is_one_clear_message(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(ClusterError, match="no Go toolchain: `go` is not on PATH"):
         binaries.ensure(root=tmp_path)
+
+
+def test_proxy_failures_are_told_apart_from_build_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("GOPROXY", "https://proxy.example")
+    log = tmp_path / "build.log"
+    proxy = binaries._explain("etcd v3.6.16 (etcd)", 'go: x@v1: Get "https://proxy.example/x": dial tcp: i/o timeout\n', log)
+    assert proxy.startswith("cannot build etcd v3.6.16 (etcd): fetching modules from the Go module proxy failed "
+                            "(GOPROXY=https://proxy.example): go: x@v1")
+    assert str(log) in proxy
+    broken = binaries._explain("etcd v3.6.16 (etcd)", "# pkg\nfile.go:3:1: syntax error\n", log)
+    assert broken == f"cannot build etcd v3.6.16 (etcd): file.go:3:1: syntax error; full log: {log}"
