@@ -104,9 +104,12 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
         raise ClusterError(f"port {options.apiserver_port} on 127.0.0.1 is in use; pick another --apiserver-port or 0")
     bins = options.binaries or binaries_mod.ensure(log=log)
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    for stale in ("etcd", "pki", "cluster.json", "kubeconfig"):
-        _remove(workdir / stale)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for stale in ("etcd", "pki", "cluster.json", "kubeconfig"):
+            _remove(workdir / stale)
+    except OSError as exc:
+        raise ClusterError(f"cannot use workdir {workdir}: {exc.strerror or exc}") from exc
     try:
         info = _start_all(workdir, options, node_set, custom_config, bins, log, started)
     except BaseException as exc:

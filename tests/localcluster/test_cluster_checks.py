@@ -136,3 +136,13 @@ def test_a_component_never_healthy_is_stopped(tmp_path):
         cluster.up(_up(tmp_path, binaries=bins, timeout=1))
     assert processes.recorded(tmp_path / "w") == []
     assert not (tmp_path / "w" / "cluster.json").exists()
+
+
+def test_a_workdir_that_is_a_file(tmp_path):
+    from extender.localcluster.binaries import Binaries
+
+    (tmp_path / "w").write_text("not a directory")
+    missing = tmp_path / "never-started"
+    bins = Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+    with pytest.raises(ClusterError, match="cannot use workdir .*/w: "):
+        cluster.up(_up(tmp_path, binaries=bins))
