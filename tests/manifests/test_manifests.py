@@ -14,7 +14,7 @@ from extender import app
 from extender.settings import Settings
 from tests.manifests.render import MANIFESTS, find, kustomize_command, render
 
-pytestmark = pytest.mark.skipif(kustomize_command() is None, reason="needs kubectl or kustomize on PATH")
+pytestmark = pytest.mark.skipif(kustomize_command() is None, reason="no kustomize: needs kubectl, kustomize or Go")
 
 NAMESPACED = {"ServiceAccount", "Secret", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
               "Role", "RoleBinding", "ServiceMonitor"}
