@@ -24,6 +24,8 @@ HOST = "127.0.0.1"
 #: The Services range; its first address is the ``kubernetes`` Service IP (in the serving cert).
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
+#: kwok's pool of fake pod IPs (first address, prefix length).
+POD_CIDR = "10.244.0.1/16"
 #: Scheduler names served by the one local kube-scheduler (extenders apply to every profile).
 SCHEDULER_NAMES = ("default-scheduler", "railyard")
 #: The shipped manifests: the local cluster runs kube-scheduler with their reference
@@ -291,6 +293,9 @@ def kwok_args(binary: Path, kubeconfig_file: Path, stages_file: Path, ports: Por
         "--node-lease-duration-seconds=0",
         # Serves /healthz; without it kwok would listen nowhere (nodePort defaults to 0).
         f"--server-address={HOST}:{ports.kwok}",
+        # Fake pod IPs; kwok's default 10.0.0.1/24 overlaps the Service range (SERVICE_CIDR)
+        # and holds 254 addresses.
+        f"--cidr={POD_CIDR}",
     ]
 
 

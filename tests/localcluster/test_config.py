@@ -75,6 +75,7 @@ def test_kwok_runs_without_leases_and_manages_all_nodes(tmp_path):
     kwok = config.kwok_args(Path("/bin/kwok"), tmp_path / "k", tmp_path / "st.yaml", PORTS)
     assert "--node-lease-duration-seconds=0" in kwok
     assert "--manage-all-nodes=true" in kwok
+    assert "--cidr=10.244.0.1/16" in kwok
 
 
 def test_kwok_stages_have_no_heartbeat_and_read_sim_runtime():
