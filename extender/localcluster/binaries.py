@@ -253,7 +253,7 @@ def _build(
     with open(build_log, "w") as out:
         # Step 1 fetches every needed module (proxy failures surface here) and counts packages.
         listing = subprocess.run(
-            [go, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *component.packages.values()],
+            [go, "list", "-deps", *component.packages.values()],  # std too: a cold cache compiles it
             cwd=module_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         out.write(listing.stderr)
