@@ -118,3 +118,22 @@ def test_bad_topology_input(tmp_path):
     path.write_text("block b1\n  rack r1\n    nvl n1: h1[9/8]\n")
     with pytest.raises(ClusterError, match="bad topology .*9 free of 8"):
         nodes.load_topology(str(path))
+
+
+def test_items_must_be_a_list(tmp_path):
+    path = tmp_path / "nodes.json"
+    path.write_text('{"kind": "NodeList", "items": {"a": 1}}')
+    with pytest.raises(ClusterError, match="items is not a list"):
+        nodes.load_node_list(path)
+
+
+def test_a_thousand_node_json_list_loads_fast(tmp_path):
+    import time
+
+    items = [{"metadata": {"name": f"n{i}", "labels": {"a": "b"}},
+              "status": {"capacity": {"nvidia.com/gpu": "8"}}} for i in range(1000)]
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"kind": "NodeList", "items": items}))
+    started = time.monotonic()
+    assert len(nodes.load_node_list(path).nodes) == 1000
+    assert time.monotonic() - started < 2
