@@ -27,6 +27,7 @@ from extender.localcluster.errors import ClusterError
 
 from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
 
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
