@@ -241,3 +241,37 @@ def test_prefix_is_configurable(handler):
         assert request(server, "POST", "/scheduler/filter", FILTER_ARGS)[0] == 404
     finally:
         server.stop()
+
+
+def test_arbitrary_bodies_never_crash_the_server(handler):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    server, metrics = start(handler, max_body_bytes=64 << 10)
+    conn = http.client.HTTPConnection(*server.address, timeout=5)
+
+    @settings(max_examples=150, deadline=None)
+    @given(verb=st.sampled_from(["filter", "prioritize", "bind", "preempt"]),
+           body=st.binary(max_size=300) | st.builds(lambda v: json.dumps(v).encode(), st.recursive(
+               st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+               lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                   st.sampled_from(["Pod", "NodeNames", "Nodes", "PodName", "PodNamespace", "PodUID", "Node",
+                                    "NodeNameToMetaVictims", "metadata", "name", "Pods", "UID"]), c, max_size=4),
+               max_leaves=12)))
+    def check(verb, body):
+        conn.request("POST", f"/scheduler/{verb}", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        reply = json.loads(resp.read())
+        assert resp.status in (200, 400), reply
+        if resp.status == 400:
+            assert reply["Error"].startswith(f"bad {verb} request: ")
+
+    handler.gate.set()  # binds that decode pass straight through
+    try:
+        check()
+        assert request(server, "GET", "/healthz") == (200, b"ok\n")
+        text = metrics.exposition()[0].decode()
+        assert 'outcome="internal"' not in text
+    finally:
+        conn.close()
+        server.stop()

@@ -165,3 +165,52 @@ def test_filter_result_round_trips_through_json(passing, failing):
     assert reply["FailedNodes"] == {n: f"reason {n}" for n in failing}
     args = wire.decode_extender_args({"Pod": {"metadata": {"name": "p"}}, "Nodes": None, "NodeNames": passing})
     assert args["NodeNames"] == passing
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20)
+
+
+def near_miss(golden_name):
+    """Golden bodies with one field replaced by an arbitrary JSON value."""
+    body = golden(golden_name)
+
+    def mutate(path_value):
+        path, value = path_value
+        out = json.loads(json.dumps(body))
+        target = out
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return out
+
+    paths = []
+
+    def walk(obj, prefix):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                paths.append((*prefix, k))
+                walk(v, (*prefix, k))
+
+    walk(body, ())
+    return st.tuples(st.sampled_from(paths), json_values).map(mutate)
+
+
+@pytest.mark.parametrize("decode, fixture", [
+    (wire.decode_extender_args, "filter_args.json"),
+    (wire.decode_binding_args, "bind_args.json"),
+    (wire.decode_preemption_args, "preempt_args_meta.json"),
+    (wire.decode_preemption_args, "preempt_args_full.json"),
+])
+@given(data=st.data())
+def test_decoders_raise_only_bad_request(decode, fixture, data):
+    body = data.draw(st.one_of(json_values, near_miss(fixture)))
+    try:
+        args = decode(body)
+    except wire.BadRequest:
+        return
+    if decode is wire.decode_preemption_args:  # what the verb reads next must not fail either
+        wire.victim_uids(args)
+        wire.pdb_violations(args)
