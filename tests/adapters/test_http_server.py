@@ -275,3 +275,37 @@ def test_arbitrary_bodies_never_crash_the_server(handler):
     finally:
         conn.close()
         server.stop()
+
+
+def test_https_when_given_a_certificate(handler, tmp_path):
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "railyard")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = ExtenderServer(handler, Metrics(CollectorRegistry()), port=0, ssl_context=server_ctx)
+    server.start()
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        conn = http.client.HTTPSConnection("localhost", server.address[1], context=client_ctx, timeout=5)
+        conn.request("POST", "/scheduler/filter", FILTER_ARGS)
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["Error"] == ""
+    finally:
+        server.stop()
