@@ -309,3 +309,22 @@ def test_https_when_given_a_certificate(handler, tmp_path):
         assert resp.status == 200 and json.loads(resp.read())["Error"] == ""
     finally:
         server.stop()
+
+
+def test_a_bind_whose_caller_gave_up_still_finishes_and_frees_its_slot(served, handler):
+    # kube-scheduler closes the connection when its httpTimeout passes; the held call must
+    # still run to its end (the service decides), then free its slot.
+    server, metrics = served
+    s = socket.create_connection(server.address)
+    s.sendall(b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+              % (len(BIND_ARGS), BIND_ARGS))
+    assert handler.arrived.acquire(timeout=5)
+    s.close()
+    time.sleep(0.1)
+    assert "railyard_held_binds 1.0" in metrics.exposition()[0].decode()
+    handler.gate.set()
+    deadline = time.monotonic() + 5
+    while "railyard_held_binds 0.0" not in metrics.exposition()[0].decode():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert post(server, "filter", FILTER_ARGS)[0] == 200
