@@ -220,7 +220,10 @@ class ExtenderServer:
         if outcome not in ("ok", "error"):
             log.warning("%s %s: %s", verb, status, reply.get("Error"))
         self.observer.verb_finished(verb, outcome, time.perf_counter() - started)
-        return _json(status, reply)
+        response = _json(status, reply)
+        if not request.content.at_eof():  # a body left unread (over the limit): hang up, don't drain it
+            response.force_close()
+        return response
 
     async def _read_json(self, request: web.Request) -> Any:
         limit = self.limits.max_body_bytes
