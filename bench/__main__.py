@@ -1,0 +1,35 @@
+"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,B,C,D]`` (issue 5).
+
+Runs the scenario's arms one after another, each on a fresh local kwok cluster of the same
+shape, and writes DIR/results.json, DIR/report.md and PNG plots; per arm DIR/arm-X/ keeps the
+observed pods (pods.json), the scraped metrics and the cluster logs. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench.harness import run as run_mod
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one scenario's arms and write the results")
+    run.add_argument("--scenario", required=True, help="a name in bench/scenarios/ or a path to a YAML file")
+    run.add_argument("--out", required=True, help="output directory (created)")
+    run.add_argument("--quick", action="store_true", help="the scenario's small 'quick' section (minutes)")
+    run.add_argument("--arms", help="comma-separated subset of the scenario's arms, e.g. A,B")
+    again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")
+    again.add_argument("--out", required=True, help="the directory a run wrote")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        from pathlib import Path
+
+        return run_mod.rereport(Path(args.out))
+    return run_mod.main(args, sys.argv if argv is None else ["python", "-m", "bench", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The numbers of one arm, from observed bindings, node labels and scraped metrics.
+
+Independent of railyard by design: domains come from the node labels (``scenario.LEVEL_KEYS``),
+free GPUs from the pods the watch saw bound and not yet finished. Definitions (bench/README.md
+repeats them next to the keys):
+
+- throughput: bindings per 1 s bucket, from the first binding to the last; ``avg`` is bindings
+  over that span, ``p50``/``p99`` are percentiles of the 1 s samples (as scheduler_perf reports).
+- gang time-to-bind: first member created -> last member bound, over gangs that bound whole.
+- narrowest-domain share: at the moment a gang's last member bound, the narrowest level
+  (host < NVLink < leaf < block < cluster) with one domain whose free GPUs (other gangs' and
+  pods' bindings only) could hold the whole gang, node by node; the gang counts if all its
+  members share one domain at that level or narrower.
+- partial-gang exposure: pod-seconds members spent bound while their gang was incomplete
+  (until the gang completed, the member finished, or observation ended).
+- deadlocked gangs: gangs that waited longer than ``deadlock_wait_s`` (300 s full) while the
+  GPUs held by bound members of *other* incomplete gangs would have covered what they lacked.
+- utilization: GPUs held by bound, unfinished pods over all GPUs, sampled each second.
+- fragmentation: the share of free GPUs that pods of the workload's per-pod sizes cannot use
+  (sum over nodes of free mod size), weighted by each size's share of requested GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.harness.runner import ArmResult, PodRecord
+from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
+from bench.harness.workload import Job
+
+LEVELS = ("cluster", "block", "leaf", "nvl", "host")
+"""Depth index -> level name; a domain at depth d is a node's path truncated to d."""
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    data = sorted(values)
+    if not data:
+        return None
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def node_paths(nodes: list[dict[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """Node name -> (block, leaf, nvl, host): a domain is identified by its whole path."""
+    keys = [LEVEL_KEYS[w] for w in ("block", "leaf", "nvl")]
+    out = {}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        out[node["metadata"]["name"]] = (*(labels.get(k, "-") for k in keys), labels[HOSTNAME])
+    return out
+
+
+def node_capacity(nodes: list[dict[str, Any]]) -> dict[str, int]:
+    caps = {}
+    for node in nodes:
+        if node.get("spec", {}).get("unschedulable"):
+            continue
+        caps[node["metadata"]["name"]] = int(node["status"]["allocatable"].get("nvidia.com/gpu", 0))
+    return caps
+
+
+def narrowest_possible(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods: int, gpus: int) -> int:
+    """Deepest depth with one domain whose nodes' free GPUs fit ``pods`` x ``gpus``; -1 if none."""
+    for depth in range(len(LEVELS) - 1, -1, -1):
+        fit: dict[tuple[str, ...], int] = defaultdict(int)
+        for node, f in free.items():
+            fit[paths[node][:depth]] += f // gpus
+        if fit and max(fit.values()) >= pods:
+            return depth
+    return -1
+
+
+def shared_depth(paths: list[tuple[str, ...]]) -> int:
+    """Deepest depth at which every path is in one domain (0 = only the cluster)."""
+    depth = 0
+    while depth < len(LEVELS) - 1 and len({p[: depth + 1] for p in paths}) == 1:
+        depth += 1
+    return depth
+
+
+def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
+            workload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(results.json entry for the arm, series for the plots)."""
+    recs = result.pods
+    paths, caps = node_paths(nodes), node_capacity(nodes)
+    total_gpus = sum(caps.values())
+    by_job: dict[str, list[PodRecord]] = defaultdict(list)
+    for rec in recs.values():
+        by_job[rec.job].append(rec)
+    gangs = [j for j in jobs if j.kind == "gang"]
+
+    binds = sorted(r.bound for r in recs.values() if r.bound is not None)
+    out: dict[str, Any] = {"throughput_pods_per_s": _throughput(binds)}
+    pod_ttb = [r.bound - r.created for r in recs.values() if r.bound is not None and r.created is not None]
+    created = sorted(r.created for r in recs.values() if r.created is not None)
+    out["pod_creation_pods_per_s"] = (_r(len(created) / max(created[-1] - created[0], 1e-3))
+                                      if len(created) > 1 else None)
+    out["pod_time_to_bind_s"] = {"p50": _r(percentile(pod_ttb, 50)), "p99": _r(percentile(pod_ttb, 99))}
+
+    complete, ttb, narrow, levels_landed, spans = [], [], [], [], defaultdict(list)
+    exposure = 0.0
+    for job in gangs:
+        members = by_job[job.name]
+        bound = [m for m in members if m.bound is not None]
+        done = len(bound) == job.pods
+        t_complete = max(m.bound for m in bound) if done else result.end
+        for m in bound:
+            until = min(t_complete, m.finished) if m.finished is not None else t_complete
+            exposure += max(0.0, until - m.bound)
+        if not done:
+            continue
+        complete.append(job)
+        created = [m.created for m in members if m.created is not None]
+        if created:
+            ttb.append(t_complete - min(created))
+        own = {m.name for m in members}
+        free = dict(caps)
+        for r in recs.values():
+            if (r.bound is not None and r.name not in own and r.node in free and r.bound <= t_complete
+                    and (r.finished is None or r.finished > t_complete)):
+                free[r.node] -= r.gpus
+        possible = narrowest_possible(paths, {n: max(f, 0) for n, f in free.items()}, job.pods, job.gpus)
+        member_paths = [paths[m.node] for m in bound]
+        actual = shared_depth(member_paths)
+        narrow.append(actual >= max(possible, 0))
+        levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
+        for depth in range(1, len(LEVELS)):
+            spans[LEVELS[depth]].append(len({p[:depth] for p in member_paths}))
+
+    out["gang_time_to_bind_s"] = {"p50": _r(percentile(ttb, 50)), "p99": _r(percentile(ttb, 99))}
+    out["narrowest_domain_fraction"] = _r(sum(narrow) / len(narrow)) if narrow else None
+    out["partial_gang_pod_seconds"] = _r(exposure) if gangs else None
+    series = _timeline(recs, caps, jobs, result.end)
+    out["deadlocked_gangs"] = _deadlocks(gangs, by_job, float(workload.get("deadlock_wait_s", 300)),
+                                         result.end) if gangs else None
+    out["utilization_mean"] = _r(sum(series["utilization"]) / len(series["utilization"])) if series["t"] else None
+    frag = [f for f in series["fragmentation"] if f is not None]
+    out["fragmentation_mean"] = _r(sum(frag) / len(frag)) if frag else None
+    out["domains_spanned_mean"] = {lvl: _r(sum(v) / len(v)) for lvl, v in spans.items()} if spans else None
+    out["gangs"] = {"total": len(gangs), "bound_whole": len(complete),
+                    "partly_bound": sum(1 for j in gangs if 0 < sum(m.bound is not None for m in by_job[j.name]) < j.pods),
+                    "none_bound": sum(1 for j in gangs if not any(m.bound is not None for m in by_job[j.name]))}
+    out["pods"] = {"total": len(recs), "bound": len(binds), "create_errors": result.create_errors}
+    out["scheduler_attempt_ms"] = _hist_ms(result.scheduler_metrics, "scheduler_scheduling_attempt_duration_seconds")
+    out["scheduler_attempts"] = _counter_by(result.scheduler_metrics, "scheduler_schedule_attempts", "result")
+    if result.extender_metrics:
+        out["extender_verb_ms"] = {
+            verb: _hist_ms(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb)
+            for verb in ("filter", "prioritize", "bind")}
+        out["extender_verb_outcomes"] = {
+            verb: _hist_count_by(result.extender_metrics, "railyard_verb_duration_seconds", "outcome", verb=verb)
+            for verb in ("filter", "prioritize", "bind")}
+    out["cluster_up_s"] = _r(result.cluster_up_s)
+    out["observed_s"] = _r(result.end)
+    out["stop_reason"] = result.stop_reason
+    series.update(binds=binds, pod_ttb=pod_ttb, gang_ttb=ttb, landed=levels_landed)
+    if result.extender_metrics:
+        series["verb_cdf"] = {verb: _hist_cdf(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb)
+                              for verb in ("filter", "prioritize")}
+    series["gangs_per_leaf"] = _gangs_per_leaf(complete, by_job, paths)
+    return out, series
+
+
+def _throughput(binds: list[float]) -> dict[str, float | None]:
+    if len(binds) < 2:
+        return {"avg": None, "p50": None, "p99": None}
+    first, last = binds[0], binds[-1]
+    buckets = [0] * (int(last) - int(first) + 1)
+    for b in binds:
+        buckets[int(b) - int(first)] += 1
+    return {"avg": _r(len(binds) / max(last - first, 1.0)),
+            "p50": _r(percentile(buckets, 50)), "p99": _r(percentile(buckets, 99))}
+
+
+def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job], end: float) -> dict[str, list]:
+    """Per-second utilization and fragmentation."""
+    sizes: dict[int, float] = defaultdict(float)
+    for j in jobs:
+        sizes[j.gpus] += j.pods * j.gpus
+    weight = {s: v / sum(sizes.values()) for s, v in sizes.items()}
+    events = []
+    for r in recs.values():
+        if r.bound is not None and r.node in caps:
+            events.append((r.bound, r.node, -r.gpus))
+            if r.finished is not None:
+                events.append((r.finished, r.node, r.gpus))
+    events.sort()
+    free = dict(caps)
+    total = sum(caps.values())
+    t_series, util, frag = [], [], []
+    i = 0
+    for second in range(0, int(end) + 1):
+        while i < len(events) and events[i][0] <= second:
+            _, node, delta = events[i]
+            free[node] += delta
+            i += 1
+        free_total = sum(max(f, 0) for f in free.values())
+        t_series.append(second)
+        util.append((total - free_total) / total if total else 0.0)
+        if free_total:
+            stranded = sum(w * sum(max(f, 0) % s for f in free.values()) for s, w in weight.items())
+            frag.append(stranded / free_total)
+        else:
+            frag.append(None)
+    return {"t": t_series, "utilization": util, "fragmentation": frag}
+
+
+def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float, end: float) -> int:
+    first_created = {j.name: min((m.created for m in by_job[j.name] if m.created is not None), default=None)
+                     for j in gangs}
+
+    def held(job: Job, t: float) -> int:
+        return sum(1 for m in by_job[job.name] if m.bound is not None and m.bound <= t
+                   and (m.finished is None or m.finished > t))
+
+    def incomplete(job: Job, t: float) -> bool:
+        return sum(1 for m in by_job[job.name] if m.bound is not None and m.bound <= t) < job.pods
+
+    dead = set()
+    for second in range(int(wait), int(end) + 1):
+        waiting = [j for j in gangs if j.name not in dead and first_created[j.name] is not None
+                   and second - first_created[j.name] > wait and incomplete(j, second)]
+        if not waiting:
+            continue
+        partial = {j.name: held(j, second) * j.gpus for j in gangs if incomplete(j, second)}
+        for j in waiting:
+            lacking = (j.pods - held(j, second)) * j.gpus
+            if sum(v for name, v in partial.items() if name != j.name) >= lacking:
+                dead.add(j.name)
+    return len(dead)
+
+
+def _gangs_per_leaf(complete: list[Job], by_job, paths) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for job in complete:
+        for leaf in {paths[m.node][:2] for m in by_job[job.name]}:
+            counts["/".join(leaf)] += 1
+    return dict(sorted(counts.items()))
+
+
+# ------------------------------------------------------------------ Prometheus text
+
+def _families(text: str, name: str):
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name == name:
+                yield family
+    except ValueError:
+        return
+
+
+def _buckets(text: str, name: str, **match: str) -> list[tuple[float, float]]:
+    acc: dict[float, float] = defaultdict(float)
+    for family in _families(text, name):
+        for s in family.samples:
+            if s.name == name + "_bucket" and all(s.labels.get(k) == v for k, v in match.items()):
+                acc[float(s.labels["le"])] += s.value
+    return sorted(acc.items())
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """Prometheus' histogram_quantile: linear inside the bucket; the +Inf bucket gives its lower bound."""
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    rank = q * buckets[-1][1]
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_count) / max(count - prev_count, 1e-12)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def _hist_ms(text: str, name: str, **match: str) -> dict[str, float | None]:
+    b = _buckets(text, name, **match)
+    p50, p99 = histogram_quantile(b, 0.5), histogram_quantile(b, 0.99)
+    return {"p50": _r(p50 * 1000, 4) if p50 is not None else None,
+            "p99": _r(p99 * 1000, 4) if p99 is not None else None,
+            "count": int(b[-1][1]) if b else 0}
+
+
+def _hist_cdf(text: str, name: str, **match: str) -> list[tuple[float, float]]:
+    b = _buckets(text, name, **match)
+    if not b or b[-1][1] == 0:
+        return []
+    return [(le, c / b[-1][1]) for le, c in b if not math.isinf(le)]
+
+
+def _hist_count_by(text: str, name: str, label: str, **match: str) -> dict[str, int]:
+    acc: dict[str, float] = defaultdict(float)
+    for family in _families(text, name):
+        for s in family.samples:
+            if s.name == name + "_count" and all(s.labels.get(k) == v for k, v in match.items()):
+                acc[s.labels.get(label, "")] += s.value
+    return {k: int(v) for k, v in sorted(acc.items())}
+
+
+def _counter_by(text: str, name: str, label: str) -> dict[str, int]:
+    acc: dict[str, float] = defaultdict(float)
+    for family in _families(text, name):
+        for s in family.samples:
+            if s.name == name + "_total":
+                acc[s.labels.get(label, "")] += s.value
+    return {k: int(v) for k, v in sorted(acc.items())}
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)

@@ -1,0 +1,103 @@
+"""The arms: which control plane each runs and which objects a job becomes.
+
+Pods are the same in every arm (same name, GPUs, runtime, and the railyard gang labels and
+annotations, inert without the extender), so the arms differ only in what the issue compares:
+
+- A: kube-scheduler alone, generated default configuration, no extender;
+- B: kube-scheduler + railyard with the reference configuration (the one ``cluster up``
+  generates, ``extender/localcluster/config.py``: there is no ``manifests/`` yet);
+- C: kube-scheduler 1.37.2 with native gang scheduling and topology-aware workload scheduling
+  (feature gates ``GenericWorkload`` + ``TopologyAwareWorkloadScheduling``, API
+  ``scheduling.k8s.io/v1beta1``): a Workload and a PodGroup per gang (``gang.minCount`` = pods,
+  ``schedulingConstraints.topology[0].key`` = the required level; KEP-5732 has no preferred
+  level), members name it in ``spec.schedulingGroup.podGroupName``;
+- D: a peer built from the Go module proxy (Kueue with TAS). Not run: see ``SKIPPED``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.harness.scenario import LEVEL_KEYS
+from bench.harness.workload import Job
+
+NAMESPACE = "bench"
+SCHEDULING_V1BETA1 = "/apis/scheduling.k8s.io/v1beta1"
+NATIVE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}
+NATIVE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
+
+SKIPPED = {
+    "D": ("not run. Kueue (sigs.k8s.io/kueue, served by the Go module proxy) would need, beside "
+          "its controller binary: its CRDs, a loopback admission webhook with its own serving "
+          "certificate registered in the API server, ResourceFlavor/Topology/ClusterQueue/LocalQueue "
+          "objects, and pod-group integration (kueue.x-k8s.io/pod-group-name) through its pod webhook. "
+          "Building it (~10 min of both cores, which the other arms' numbers share) and wiring that "
+          "was not done within this benchmark's time budget; a later change can add it as an arm "
+          "without touching the others."),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    title: str
+    extender: bool = False
+    native: bool = False
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    runtime_config: tuple[str, ...] = ()
+
+
+ARMS = {
+    "A": Arm("A", "kube-scheduler alone (default configuration)"),
+    "B": Arm("B", "kube-scheduler + railyard (reference configuration)", extender=True),
+    "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
+             native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
+    "D": Arm("D", "Kueue TAS (try)"),
+}
+
+
+def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:
+    """Member ``index`` of ``job`` as the arm's scheduler should see it."""
+    name = job.name if job.kind == "single" else f"{job.name}-{index}"
+    labels = {"bench.railyard.io/job": job.name}
+    annotations: dict[str, str] = {}
+    if job.runtime_s is not None:
+        annotations["railyard.io/sim-runtime"] = f"{job.runtime_s:g}s"
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "trainer",
+                        "resources": {"limits": {"nvidia.com/gpu": str(job.gpus)}}}],
+        "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if job.kind == "gang":
+        labels["scheduling.x-k8s.io/pod-group"] = job.name
+        labels["batch.kubernetes.io/job-completion-index"] = str(index)
+        annotations["railyard.io/min-member"] = str(job.pods)
+        if job.required:
+            annotations["railyard.io/required-topology"] = LEVEL_KEYS[job.required]
+        if job.preferred:
+            annotations["railyard.io/preferred-topology"] = LEVEL_KEYS[job.preferred]
+        if arm.native:
+            spec["schedulingGroup"] = {"podGroupName": job.name}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels, "annotations": annotations},
+            "spec": spec}
+
+
+def group_objects(job: Job, arm: Arm) -> list[tuple[str, dict[str, Any]]]:
+    """(collection path, object) to create before the members: arm C's Workload and PodGroup."""
+    if not arm.native or job.kind != "gang":
+        return []
+    template: dict[str, Any] = {"name": "workers", "schedulingPolicy": {"gang": {"minCount": job.pods}}}
+    if job.required:
+        template["schedulingConstraints"] = {"topology": [{"key": LEVEL_KEYS[job.required]}]}
+    base = f"{SCHEDULING_V1BETA1}/namespaces/{NAMESPACE}"
+    workload = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload",
+                "metadata": {"name": job.name, "namespace": NAMESPACE},
+                "spec": {"podGroupTemplates": [template]}}
+    group_spec = {k: v for k, v in template.items() if k != "name"}
+    podgroup = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": job.name, "namespace": NAMESPACE},
+                "spec": {"workloadRef": {"workloadName": job.name, "templateName": "workers"}, **group_spec}}
+    return [(f"{base}/workloads", workload), (f"{base}/podgroups", podgroup)]

@@ -1,0 +1,148 @@
+"""``python -m bench run``: a scenario's arms in sequence, then results.json, report.md, plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.harness import analysis, arms as arms_mod, report, runner, scenario as scenario_mod, workload
+from extender import topotext
+from extender.localcluster.errors import ClusterError
+
+NOTES = [
+    "Each arm runs on its own fresh cluster of the same shape (etcd, kube-apiserver, kube-scheduler "
+    "v1.37.2, kwok v0.7.0 on 127.0.0.1), one after another; the same seeded job stream is submitted to each.",
+    "Pods are created by this Python harness from 16 threads; for burst workloads the creation rate "
+    "(`pod_creation_pods_per_s`) can cap the scheduling throughput of every arm alike.",
+    "Bound/finished times are when the harness's watch saw them (same delay in every arm). "
+    "Partial-gang exposure therefore includes the spread of a gang's Binding writes as observed.",
+    "kwok starts a pod's simulated runtime when it is Running, member by member: a partial gang's "
+    "members finish and free their GPUs in the simulation, where a real job would hold them at a barrier.",
+    "Arm A has no gang semantics and no topology request (plain kube-scheduler); the same pods carry "
+    "railyard's labels and annotations, inert without the extender. Arm C gets only the required "
+    "level (KEP-5732 has no preferred level); gangs with a preferred or no request get a PodGroup "
+    "with gang.minCount and no topology constraint.",
+    "The narrowest-domain share and domain counts are computed from node labels and observed "
+    "bindings only (bench/harness/analysis.py), not with railyard's planner; free GPUs do not "
+    "see reservations or pods held at bind, so a gang placed wider because a narrower domain was "
+    "reserved for another gang counts against its scheduler.",
+    "The railyard verb latency percentiles come from its Prometheus histogram (buckets 50 us .. 10 s, "
+    "linear inside a bucket, as histogram_quantile); bind includes the time a call is held at the gang gate.",
+]
+
+
+def _machine() -> str:
+    mem = ""
+    try:
+        kb = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{os.cpu_count()} cores ({cpu}){mem}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}; load average {load:.1f} at start (shared machine)")
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    try:
+        scn = scenario_mod.load(args.scenario, args.quick)
+    except scenario_mod.ScenarioError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    arm_names = list(scn.arms)
+    if args.arms:
+        wanted = [a.strip().upper() for a in args.arms.split(",") if a.strip()]
+        unknown = [a for a in wanted if a not in arms_mod.ARMS]
+        if unknown:
+            print(f"bench: unknown arm(s) {', '.join(unknown)} (known: {', '.join(arms_mod.ARMS)})", file=sys.stderr)
+            return 2
+        arm_names = wanted
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    meta_date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    machine = _machine()
+
+    spec = topotext.load(scn.topology_text)
+    nodes = spec.nodes
+    jobs = workload.generate(scn.workload, nodes, scn.seed)
+    (out / "topology.txt").write_text(topotext.generate(**_gen(scn.topology_text))
+                                      if "\n" not in scn.topology_text else scn.topology_text)
+    (out / "jobs.json").write_text(json.dumps([asdict(j) for j in jobs], indent=1))
+    gpus = sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes)
+    print(f"bench: scenario {scn.name} ({scn.mode}): {len(nodes)} nodes, {gpus} GPUs, {len(jobs)} jobs, "
+          f"{sum(j.pods for j in jobs)} pods; arms {','.join(arm_names)}", file=sys.stderr)
+
+    results, series, skipped = {}, {}, {}
+    notes = list(NOTES)
+    for name in arm_names:
+        if name in arms_mod.SKIPPED:
+            skipped[name] = arms_mod.SKIPPED[name]
+            print(f"bench[{name}]: skipped: {skipped[name][:100]}...", file=sys.stderr)
+            continue
+        arm = arms_mod.ARMS[name]
+        try:
+            result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, out / f"arm-{name}" / "cluster")
+        except ClusterError as exc:
+            skipped[name] = f"failed: {exc}"
+            print(f"bench[{name}]: {exc}", file=sys.stderr)
+            continue
+        runner.save(result, out / f"arm-{name}")
+        results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
+        notes += [f"arm {name}: {n}" for n in result.notes]
+
+    meta = {
+        "scenario": scn.name, "mode": scn.mode, "seed": scn.seed,
+        "command": shlex.join(argv), "date": meta_date, "machine": machine,
+        "description": scn.description,
+        "kubernetes": "v1.37.2", "kwok": "v0.7.0", "etcd": "v3.6.16",
+        "topology": {"spec": scn.topology_text if "\n" not in scn.topology_text else "topology.txt",
+                     "nodes": len(nodes), "gpus": gpus},
+        "workload": {"jobs": len(jobs), "pods": sum(j.pods for j in jobs),
+                     "gangs": sum(j.kind == "gang" for j in jobs), **{k: v for k, v in scn.workload.items()
+                                                                       if not isinstance(v, (list, dict))}},
+        "arm_titles": {a: arms_mod.ARMS[a].title for a in arm_names},
+        "wall_s": round(time.monotonic() - started, 1),
+        "notes": notes,
+    }
+    (out / "run.json").write_text(json.dumps({"scenario": str(scn.source), "quick": args.quick, "meta": meta,
+                                               "skipped": skipped}, indent=2))
+    doc = report.write(out, meta, results, series, skipped)
+    print(report.table(doc), file=sys.stderr)
+    print(f"bench: wrote {out}/results.json, report.md and plots in {meta['wall_s']:.0f}s", file=sys.stderr)
+    return 0 if results else 1
+
+
+def _gen(line: str) -> dict:
+    args = dict(w.split("=", 1) for w in line.split())
+    return {k: (v if k == "scheme" else int(v)) for k, v in args.items()}
+
+
+def rereport(out: Path) -> int:
+    """Analyse an output directory again from its saved files (pods.json, metrics, jobs.json)."""
+    saved = json.loads((out / "run.json").read_text())
+    scn = scenario_mod.load(saved["scenario"], saved["quick"])
+    nodes = topotext.load(scn.topology_text).nodes
+    jobs = [workload.Job(**j) for j in json.loads((out / "jobs.json").read_text())]
+    results, series = {}, {}
+    for arm_dir in sorted(out.glob("arm-*")):
+        name = arm_dir.name.removeprefix("arm-")
+        if not (arm_dir / "pods.json").exists():
+            continue
+        result = runner.load(arm_dir, name)
+        results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
+    doc = report.write(out, saved["meta"], results, series, saved["skipped"])
+    print(report.table(doc), file=sys.stderr)
+    return 0

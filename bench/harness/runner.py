@@ -1,0 +1,280 @@
+"""One arm of one scenario on a fresh local cluster: up, submit on schedule, watch, scrape, down.
+
+Times are ``time.monotonic()`` seconds after the arm's start (``t0``, taken just before the first
+submission). A pod is *created* when the API server answered its POST, *bound* when the watch
+first shows ``spec.nodeName``, *finished* when it shows phase Succeeded or Failed. The watch runs
+in this process, so the times include the watch's delivery delay (the same in every arm).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from itertools import groupby, zip_longest
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+import urllib3
+
+from bench.harness import arms as arms_mod
+from bench.harness.workload import Job
+from extender.localcluster import cluster, pki as pki_mod
+
+#: Concurrent creations: enough to keep the API server busy on 2 cores (as ``cluster up`` does).
+CREATE_THREADS = 16
+
+
+@dataclass
+class PodRecord:
+    name: str
+    job: str
+    gpus: int
+    created: float | None = None
+    bound: float | None = None
+    node: str | None = None
+    finished: float | None = None
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    pods: dict[str, PodRecord]
+    end: float
+    """Seconds after t0 when observation stopped."""
+    cluster_up_s: float
+    create_errors: int = 0
+    extender_metrics: str = ""
+    scheduler_metrics: str = ""
+    stop_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Kube:
+    """Pooled HTTPS to the local API server with the admin client certificate."""
+
+    def __init__(self, api_url: str, pki: pki_mod.Pki) -> None:
+        self.url = api_url
+        self._kw = dict(cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
+                        cert_file=str(pki.admin_cert), key_file=str(pki.admin_key), retries=False)
+        self.pool = urllib3.PoolManager(num_pools=2, maxsize=CREATE_THREADS + 2, block=True,
+                                        timeout=urllib3.Timeout(connect=5, read=60), **self._kw)
+
+    def create(self, path: str, obj: dict[str, Any], attempts: int = 5) -> bool:
+        """POST; 409 counts as created (a retried create). Retries transient failures."""
+        body = orjson.dumps(obj)
+        for attempt in range(attempts):
+            try:
+                r = self.pool.request("POST", self.url + path, body=body,
+                                      headers={"Content-Type": "application/json"})
+                if r.status in (200, 201, 202, 409):
+                    return True
+                if r.status < 500 and r.status != 429:
+                    print(f"bench: create {path} {obj['metadata']['name']}: HTTP {r.status} "
+                          f"{r.data[:300]!r}", file=sys.stderr)
+                    return False
+            except urllib3.exceptions.HTTPError:
+                pass
+            time.sleep(0.2 * (attempt + 1))
+        return False
+
+    def get(self, path: str) -> dict[str, Any]:
+        r = self.pool.request("GET", self.url + path)
+        if r.status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {r.status}")
+        return orjson.loads(r.data)
+
+    def watch_pool(self) -> urllib3.PoolManager:
+        return urllib3.PoolManager(num_pools=1, maxsize=1,
+                                   timeout=urllib3.Timeout(connect=5, read=None), **self._kw)
+
+
+class PodWatcher(threading.Thread):
+    """Follows the bench namespace's pods and stamps bound/finished times into the records."""
+
+    def __init__(self, kube: Kube, records: dict[str, PodRecord], t0: list[float]) -> None:
+        super().__init__(daemon=True, name="bench-watch")
+        self._kube, self._records, self._t0 = kube, records, t0
+        self._stop = threading.Event()
+        self.lock = threading.Lock()
+        self.bound_count = 0
+        self.last_bind = 0.0
+        self.error: str | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
+        pool = self._kube.watch_pool()
+        rv = self._kube.get(path + "?limit=1")["metadata"]["resourceVersion"]
+        while not self._stop.is_set():
+            try:
+                resp = pool.request("GET", f"{self._kube.url}{path}?watch=1&allowWatchBookmarks=true"
+                                    f"&resourceVersion={rv}&timeoutSeconds=600", preload_content=False)
+                buf = b""
+                for chunk in resp.stream(65536):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if line:
+                            rv = self._event(orjson.loads(line)) or rv
+                    if self._stop.is_set():
+                        break
+                resp.release_conn()
+            except (urllib3.exceptions.HTTPError, ValueError) as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.5)
+
+    def _event(self, event: dict[str, Any]) -> str | None:
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            raise ValueError(f"watch error: {obj.get('message')}")
+        meta = obj.get("metadata") or {}
+        now = time.monotonic() - self._t0[0]
+        rec = self._records.get(meta.get("name", ""))
+        if rec is not None:
+            node = (obj.get("spec") or {}).get("nodeName")
+            phase = (obj.get("status") or {}).get("phase")
+            with self.lock:
+                if node and rec.bound is None:
+                    rec.bound, rec.node = now, node
+                    self.bound_count += 1
+                    self.last_bind = now
+                if phase in ("Succeeded", "Failed") and rec.finished is None:
+                    rec.finished = now
+        return meta.get("resourceVersion")
+
+
+def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: dict[str, Any],
+            workdir: Path, log: TextIO = sys.stderr) -> ArmResult:
+    """Start a cluster for ``arm``, run the jobs, return what was observed; always tears down."""
+    say = lambda m: print(f"bench[{arm.name}]: {m}", file=log, flush=True)  # noqa: E731
+    up_started = time.monotonic()
+    info = cluster.up(cluster.UpOptions(
+        workdir=workdir, topology=topology_text, extender=arm.extender,
+        feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, timeout=600), log=log)
+    up_s = time.monotonic() - up_started
+    say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
+    try:
+        return _drive(arm, jobs, workload, info, up_s, say)
+    finally:
+        cluster.down(info.workdir, log=log, quiet=True)
+
+
+def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: cluster.ClusterInfo,
+           up_s: float, say) -> ArmResult:
+    kube = Kube(info.api_url, pki_mod.Pki.at(info.workdir / "pki"))
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": arms_mod.NAMESPACE}})
+    records: dict[str, PodRecord] = {}
+    bodies: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        bodies[job.name] = [arms_mod.pod(job, i, arm) for i in range(job.pods)]
+        for body in bodies[job.name]:
+            records[body["metadata"]["name"]] = PodRecord(body["metadata"]["name"], job.name, job.gpus)
+    t0 = [time.monotonic()]
+    watcher = PodWatcher(kube, records, t0)
+    watcher.start()
+    time.sleep(0.5)  # the watch is open before the first pod exists
+    t0[0] = time.monotonic()
+    errors = [0]
+    pod_path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
+
+    def create_pod(body: dict[str, Any]) -> None:
+        if kube.create(pod_path, body):
+            rec = records[body["metadata"]["name"]]
+            rec.created = time.monotonic() - t0[0]
+        else:
+            errors[0] += 1
+
+    pool = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="bench-create")
+    for at, group in groupby(jobs, key=lambda j: j.at):
+        group = list(group)
+        delay = t0[0] + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        for job in group:
+            for path, obj in arms_mod.group_objects(job, arm):
+                if not kube.create(path, obj):
+                    errors[0] += 1
+        # Members of jobs arriving together are created interleaved, as controllers do.
+        for row in zip_longest(*(bodies[j.name] for j in group)):
+            for body in row:
+                if body is not None:
+                    pool.submit(create_pod, body)
+    pool.shutdown(wait=True)
+    last_created = time.monotonic() - t0[0]
+    say(f"created {len(records) - errors[0]} pods in {last_created:.1f}s ({errors[0]} errors)")
+
+    drain = float(workload.get("drain_timeout_s", 300))
+    stall = float(workload.get("stall_s", 60))
+    reason = "all pods bound"
+    last_report = 0.0
+    while True:
+        now = time.monotonic() - t0[0]
+        with watcher.lock:
+            bound, last_bind = watcher.bound_count, watcher.last_bind
+        if bound >= len(records) - errors[0]:
+            break
+        if now > last_created + drain:
+            reason = f"drain timeout ({drain:.0f}s after the last creation)"
+            break
+        if now - max(last_bind, last_created) > stall:
+            reason = f"no binding for {stall:.0f}s"
+            break
+        if now - last_report > 15:
+            say(f"t={now:.0f}s bound {bound}/{len(records)}")
+            last_report = now
+        time.sleep(0.25)
+    # Let finishing pods be seen a moment longer than the last bind.
+    time.sleep(1.0)
+    end = time.monotonic() - t0[0]
+    watcher.stop()
+    say(f"stopped at t={end:.0f}s: {reason}; bound {watcher.bound_count}/{len(records)}")
+    result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason)
+    if watcher.error:
+        result.notes.append(f"watch reconnected after: {watcher.error}")
+    result.scheduler_metrics = _scrape(f"https://127.0.0.1:{info.ports.scheduler}/metrics")
+    if info.extender_url:
+        result.extender_metrics = _scrape(f"http://127.0.0.1:{info.ports.extender}/metrics")
+    return result
+
+
+def _scrape(url: str) -> str:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # kube-scheduler's in-memory self-signed serving cert
+    try:
+        with urllib.request.urlopen(url, timeout=30, context=context if url.startswith("https") else None) as r:
+            return r.read().decode()
+    except OSError as exc:
+        return f"# scrape of {url} failed: {exc}\n"
+
+
+def save(result: ArmResult, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "pods.json").write_text(json.dumps([asdict(r) for r in result.pods.values()]))
+    (directory / "arm.json").write_text(json.dumps({
+        "end": result.end, "cluster_up_s": result.cluster_up_s, "create_errors": result.create_errors,
+        "stop_reason": result.stop_reason, "notes": result.notes}, indent=1))
+    (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
+    if result.extender_metrics:
+        (directory / "extender-metrics.prom").write_text(result.extender_metrics)
+
+
+def load(directory: Path, arm: str) -> ArmResult:
+    """What ``save`` wrote, for analysing a run again (``python -m bench report``)."""
+    meta = json.loads((directory / "arm.json").read_text())
+    pods = {p["name"]: PodRecord(**p) for p in json.loads((directory / "pods.json").read_text())}
+    ext = directory / "extender-metrics.prom"
+    return ArmResult(arm, pods, meta["end"], meta["cluster_up_s"], meta["create_errors"],
+                     extender_metrics=ext.read_text() if ext.exists() else "",
+                     scheduler_metrics=(directory / "scheduler-metrics.prom").read_text(),
+                     stop_reason=meta["stop_reason"], notes=meta["notes"])

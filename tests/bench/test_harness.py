@@ -1,0 +1,121 @@
+"""The benchmark harness end to end (issue 5): `python -m bench run --quick` on real clusters.
+
+Proves the harness works (every arm ran, every documented key is in results.json, the report
+and plots were written), not the numbers: those are for people to read in report.md.
+The pure parts (domain arithmetic, histogram quantiles, the job stream) get fast tests below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.harness import analysis, scenario, workload
+from extender import topotext
+
+REPO = Path(__file__).resolve().parents[2]
+
+PER_ARM_KEYS = (
+    ("throughput_pods_per_s", "avg"), ("throughput_pods_per_s", "p50"), ("throughput_pods_per_s", "p99"),
+    ("gang_time_to_bind_s", "p50"), ("gang_time_to_bind_s", "p99"),
+    ("narrowest_domain_fraction",), ("partial_gang_pod_seconds",), ("deadlocked_gangs",),
+    ("utilization_mean",), ("fragmentation_mean",),
+)
+
+
+def _get(doc, keys):
+    for k in keys:
+        assert isinstance(doc, dict) and k in doc, f"missing key {'.'.join(keys)}"
+        doc = doc[k]
+    return doc
+
+
+@pytest.mark.e2e
+def test_quick_contention_run_writes_every_documented_key(tmp_path):
+    from extender.localcluster import binaries
+
+    if os.environ.get("CI", "").lower() != "true" and not all(binaries.is_cached(c) for c in binaries.COMPONENTS):
+        pytest.skip("control-plane binaries not built yet: run `railyard cluster build`")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--scenario", "contention", "--out", str(out), "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc["arms"]) == {"A", "B", "C", "D"}
+    assert "skipped" in doc["arms"]["D"]
+    for arm in ("A", "B", "C"):
+        for keys in PER_ARM_KEYS:
+            value = _get(doc["arms"][arm], keys)
+            assert value is None or isinstance(value, (int, float)), (arm, keys, value)
+        assert doc["arms"][arm]["pods"]["bound"] > 0, arm
+        assert doc["arms"][arm]["gang_time_to_bind_s"]["p50"] is not None, arm
+    for verb in ("filter", "prioritize", "bind"):
+        assert _get(doc["arms"]["B"], ("extender_verb_ms", verb, "p50")) is not None
+        _get(doc["arms"]["B"], ("extender_verb_ms", verb, "p99"))
+    assert "throughput_railyard_vs_default" in doc["ratios"]
+    assert doc["ratios"]["time_to_bind_p99_railyard_vs_native"] is not None
+    report = (out / "report.md").read_text()
+    assert "## Targets" in report and "| B |" not in report  # a table with arms as columns
+    for png in ("latency_cdf.png", "throughput.png", "utilization.png", "gang_time_to_bind.png", "gang_landing.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG", png
+    # Arm B runs railyard: gangs bind whole, so no gang is left partly bound at the end.
+    assert doc["arms"]["B"]["gangs"]["partly_bound"] == 0
+
+
+DRAWING = topotext.parse("""
+block b1
+  rack r1
+    nvl n1: h1 h2
+    nvl n2: h3 h4
+  rack r2
+    nvl n1: h5 h6
+""")
+
+
+def test_narrowest_possible_uses_domain_paths_and_per_node_fit():
+    paths = analysis.node_paths(DRAWING.nodes)
+    free = {n: 8 for n in paths}
+    assert analysis.narrowest_possible(paths, free, 1, 8) == 4          # one host
+    assert analysis.narrowest_possible(paths, free, 2, 8) == 3          # one NVLink domain
+    free.update(h2=4, h4=4)
+    # r1/n1 and r1/n2 each hold one 8-GPU pod now; r2/n1 (same nvl name, other rack) holds two.
+    assert analysis.narrowest_possible(paths, free, 2, 8) == 3
+    free.update(h6=0)
+    assert analysis.narrowest_possible(paths, free, 2, 8) == 2          # the leaf r1
+    assert analysis.narrowest_possible(paths, free, 3, 8) == 1          # the block
+    assert analysis.narrowest_possible(paths, free, 4, 8) == -1
+
+
+def test_shared_depth():
+    paths = analysis.node_paths(DRAWING.nodes)
+    assert analysis.shared_depth([paths["h1"], paths["h1"]]) == 4
+    assert analysis.shared_depth([paths["h1"], paths["h2"]]) == 3
+    assert analysis.shared_depth([paths["h1"], paths["h3"]]) == 2
+    assert analysis.shared_depth([paths["h1"], paths["h5"]]) == 1
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    buckets = [(0.001, 50.0), (0.002, 100.0), (float("inf"), 100.0)]
+    assert analysis.histogram_quantile(buckets, 0.5) == pytest.approx(0.001)
+    assert analysis.histogram_quantile(buckets, 0.99) == pytest.approx(0.00198)
+    assert analysis.histogram_quantile([], 0.5) is None
+
+
+def test_every_scenario_loads_in_both_modes_and_gangs_fit_the_cluster():
+    for name in scenario.names():
+        for quick in (True, False):
+            s = scenario.load(name, quick)
+            nodes = topotext.load(s.topology_text).nodes
+            jobs = workload.generate(s.workload, nodes, s.seed)
+            assert jobs, name
+            again = workload.generate(s.workload, nodes, s.seed)
+            assert jobs == again, f"{name}: the stream is not reproducible from its seed"
+            for job in jobs:
+                if job.required:
+                    assert job.pods <= workload.largest_domain_pods(nodes, job.required, job.gpus)
