@@ -203,6 +203,8 @@ def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-0/binding"
     apiserver.reply("POST", path, 409, status(409, 'Operation cannot be fulfilled on pods/binding "llama-0": '
                                                    'pod llama-0 is already assigned to node "gpu-001"', "Conflict"))
+    apiserver.reply("GET", "/api/v1/namespaces/ml/pods/llama-0", 200, {
+        "metadata": {"name": "llama-0", "namespace": "ml", "uid": "uid-1"}, "spec": {"nodeName": "gpu-001"}})
     metrics = Metrics(CollectorRegistry())
     b = binder(apiserver, metrics)
     with pytest.raises(errors.Conflict) as exc:
@@ -219,6 +221,18 @@ def test_bind_without_an_api_server_is_unavailable():
     b = KubeBinder(Api(ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))), Metrics(CollectorRegistry()))
     with pytest.raises(errors.Unavailable, match="binding pod ml/p to n failed: POST"):
         b.bind("ml", "p", "u", "n")
+    b.close()
+
+
+def test_bind_conflict_on_a_pod_already_on_that_node_is_success(apiserver):
+    # A retry after a lost reply, or after railyard restarted mid-gang: the Binding is there.
+    path = "/api/v1/namespaces/ml/pods/llama-0/binding"
+    apiserver.reply("POST", path, 409, status(409, "pod llama-0 is already assigned to node \"gpu-002\"", "Conflict"))
+    apiserver.reply("GET", "/api/v1/namespaces/ml/pods/llama-0", 200,
+                    {**pod("llama-0"), "metadata": {**pod("llama-0")["metadata"], "uid": "uid-1"},
+                     "spec": {"nodeName": "gpu-002"}})
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    b.bind("ml", "llama-0", "uid-1", "gpu-002")
     b.close()
 
 

@@ -106,6 +106,7 @@ def test_bind_event_delete_seen_by_the_watch(gpu_cluster, api, watched):
                  "the binding in the cache")
         with pytest.raises(errors.Conflict, match="already"):
             binder.bind(ns, name, uid, SCHEDULABLE[1])
+        binder.bind(ns, name, uid, SCHEDULABLE[0])  # already there: a retry after a lost reply succeeds
 
         binder.event({"metadata": {"name": name, "namespace": ns, "uid": uid}}, "GangWaiting",
                      "gang ml/x waits at bind: 1 of 2 members")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api
-from extender.adapters.k8s.errors import KubernetesError, NotFound
+from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
 
 log = logging.getLogger("railyard.k8s.binder")
 
@@ -82,11 +82,25 @@ class KubeBinder:
         self._thread.start()
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod; a pod already bound to this node (a retry after a lost reply) is success."""
         try:
             self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
                           body=binding(namespace, name, uid, node), timeout=self.timeout)
+        except Conflict as exc:
+            if self._bound_to(namespace, name, uid) == node:
+                return
+            raise Conflict(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
         except KubernetesError as exc:  # the service counts and retries each attempt
             raise type(exc)(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
+
+    def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
+        try:
+            pod = self.api.json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=self.timeout)
+        except KubernetesError:
+            return None
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            return None
+        return (pod.get("spec") or {}).get("nodeName") or None
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod if it still has this UID; a pod already gone is not an error."""
