@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,46 @@ class ConfigError(Exception):
     """Settings or files that railyard cannot start with; the message lists every problem."""
 
 
+class CertificateReloader:
+    """Re-reads the HTTPS certificate and key into the serving SSLContext when either file
+    changes (cert-manager rotates Secrets in place); new handshakes get the new pair. A failed
+    read (a half-written rotation) keeps the previous pair and is tried again next time.
+    """
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, interval: float = 10.0) -> None:
+        self.context, self.cert_file, self.key_file, self.interval = context, cert_file, key_file, interval
+        self._stamp = self._mtimes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tls-reload", daemon=True)
+
+    def _mtimes(self) -> tuple[int, int]:
+        return os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns
+
+    def check(self) -> bool:
+        """Reload if the files changed; True when a new pair was loaded."""
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("TLS certificate %s not reloaded: %s", self.cert_file, exc)
+            return False
+        self._stamp = stamp
+        log.info("TLS certificate %s reloaded", self.cert_file)
+        return True
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.check()
+
+
 @dataclass
 class App:
     settings: Settings
@@ -53,6 +95,7 @@ class App:
     """None when ``grpc.listen`` is empty."""
     metrics_server: Any = None
     """The /metrics-only listener (``server.metrics_listen``), once started."""
+    tls_reloader: CertificateReloader | None = None
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
@@ -62,6 +105,8 @@ class App:
         if self.settings.server.metrics_listen:
             host, _, port = self.settings.server.metrics_listen.rpartition(":")
             self.metrics_server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=self.metrics.registry)
+        if self.tls_reloader is not None:
+            self.tls_reloader.start()
         self.cache.start()
         return address
 
@@ -71,6 +116,8 @@ class App:
             self.grpc.stop()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
+        if self.tls_reloader is not None:
+            self.tls_reloader.stop()
         self.server.stop()
         self.binder.close()
 
@@ -158,12 +205,14 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     s = settings.server
     host, _, port = s.listen.rpartition(":")
     context = None
+    reloader = None
     if s.tls_cert_file:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load TLS certificate {s.tls_cert_file} / key {s.tls_key_file}: {exc}") from None
+        reloader = CertificateReloader(context, s.tls_cert_file, s.tls_key_file)
     server = ExtenderServer(
         service, metrics, host=host.strip("[]"), port=int(port), prefix=s.prefix,
         limits=ServerLimits(max_body_bytes=s.max_body_bytes, max_in_flight=s.max_in_flight,
@@ -174,4 +223,4 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     if g.listen:
         tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
         grpc_server = GrpcServer(service, listen=g.listen, tls=tls, max_workers=g.max_workers, ready=cache.synced)
-    return App(settings, metrics, binder, service, cache, server, grpc_server)
+    return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader)
