@@ -153,15 +153,13 @@ class ExtenderServer:
         return self.address
 
     async def _start_site(self) -> None:
-        # aiohttp keeps idle connections for an hour (keepalive_timeout 3630 s), longer than
-        # Go's 90 s IdleConnTimeout, so the scheduler always closes first and never posts a
-        # filter on a connection we are closing at the same moment.
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # Idle connections outlive Go's 90 s IdleConnTimeout, so the scheduler always closes
+        # first and never posts a filter on a connection we are closing at the same moment.
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=300)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, backlog=1024, ssl_context=self._ssl)
         await site.start()
-        sock = site._server.sockets[0]  # the port actually bound when port=0
-        self.address = sock.getsockname()[:2]
+        self.address = tuple(self._runner.addresses[0][:2])  # the port actually bound when port=0
 
     def stop(self) -> None:
         if self._loop is not None and self._thread is not None:
@@ -184,13 +182,13 @@ class ExtenderServer:
             if held:
                 if c.held_binds >= self.limits.max_held_binds:
                     raise Overloaded(f"railyard busy: {c.held_binds} bind calls held, the cap is "
-                               f"{self.limits.max_held_binds}; the scheduler will retry the pod")
+                                     f"{self.limits.max_held_binds}; the scheduler will retry the pod")
                 c.held_binds += 1
                 self.observer.held_binds(c.held_binds)
             else:
                 if c.in_flight >= self.limits.max_in_flight:
                     raise Overloaded(f"railyard busy: {c.in_flight} filter/prioritize/preempt calls in flight, "
-                               f"the cap is {self.limits.max_in_flight}")
+                                     f"the cap is {self.limits.max_in_flight}")
                 c.in_flight += 1
             counted = True
             body = await self._read_json(request)
