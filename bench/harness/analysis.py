@@ -96,7 +96,8 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
 
     binds = sorted(r.bound for r in recs.values() if r.bound is not None)
     out: dict[str, Any] = {"throughput_pods_per_s": _throughput(binds)}
-    pod_ttb = [r.bound - r.created for r in recs.values() if r.bound is not None and r.created is not None]
+    # The watch can show the binding a moment before the POST that created the pod returns: 0.
+    pod_ttb = [max(0.0, r.bound - r.created) for r in recs.values() if r.bound is not None and r.created is not None]
     created = sorted(r.created for r in recs.values() if r.created is not None)
     out["pod_creation_pods_per_s"] = (_r(len(created) / max(created[-1] - created[0], 1e-3))
                                       if len(created) > 1 else None)
