@@ -104,6 +104,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["pod_time_to_bind_s"] = {"p50": _r(percentile(pod_ttb, 50)), "p99": _r(percentile(pod_ttb, 99))}
 
     complete, ttb, narrow, levels_landed, spans = [], [], [], [], defaultdict(list)
+    spread: list[float] = []
     exposure = 0.0
     for job in gangs:
         members = by_job[job.name]
@@ -116,6 +117,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         if not done:
             continue
         complete.append(job)
+        spread.append(t_complete - min(m.bound for m in bound))
         created = [m.created for m in members if m.created is not None]
         if created:
             ttb.append(t_complete - min(created))
@@ -134,6 +136,8 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
             spans[LEVELS[depth]].append(len({p[:depth] for p in member_paths}))
 
     out["gang_time_to_bind_s"] = {"p50": _r(percentile(ttb, 50)), "p99": _r(percentile(ttb, 99))}
+    out["gang_bind_spread_s"] = {"p50": _r(percentile(spread, 50)), "p99": _r(percentile(spread, 99)),
+                                 "max": _r(max(spread)) if spread else None}
     out["narrowest_domain_fraction"] = _r(sum(narrow) / len(narrow)) if narrow else None
     out["partial_gang_pod_seconds"] = _r(exposure) if gangs else None
     series = _timeline(recs, caps, jobs, result.end)

@@ -80,6 +80,7 @@ KEY_ROWS = (
     ("NVLink domains per gang (mean)", ("domains_spanned_mean", "nvl")),
     ("leaves per gang (mean)", ("domains_spanned_mean", "leaf")),
     ("partial-gang exposure pod-s", ("partial_gang_pod_seconds",)),
+    ("gang bind spread p99 s (first -> last member bound)", ("gang_bind_spread_s", "p99")),
     ("deadlocked gangs", ("deadlocked_gangs",)),
     ("GPU utilization mean", ("utilization_mean",)),
     ("fragmentation mean", ("fragmentation_mean",)),
