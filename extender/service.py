@@ -7,6 +7,7 @@ and hands facts to the core.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -162,6 +163,9 @@ class GangRecord:
     members: tuple[str, ...] = ()
     sized: bool = True
     bound_at: float | None = None
+    bound_uids: set[str] = field(default_factory=set)
+    """UIDs railyard bound for this gang: never members of a later round, even while the
+    watch still shows them unbound."""
     on_step: Callable[["GangRecord", Phase, Event], None] | None = field(default=None, repr=False, compare=False)
     """Called after every transition (WatchGangs); set ``reason`` before stepping."""
 
@@ -204,6 +208,7 @@ class TopologyExtender:
         self._podgroups: dict[str, ko.PodGroupFacts] = {}
         self._synced: set[str] = set()
         self._watchers: list[Callable[[dict], None]] = []
+        self._leftovers = itertools.count(1)
 
     # -- cache sink ---------------------------------------------------------------------------
 
@@ -413,7 +418,8 @@ class TopologyExtender:
         return rec
 
     def _plan(self, rec: GangRecord, now: float, pod: dict) -> None:
-        members = [p for p in self._pending.values() if ko.group_key(p)[0] == rec.key]
+        members = [p for p in self._pending.values()
+                   if ko.group_key(p)[0] == rec.key and _uid_of(p) not in rec.bound_uids]
         if not any(ko.pod_key(p) == ko.pod_key(pod) for p in members):
             members.append(pod)
         members.sort(key=lambda p: ko.pod_key(p))
@@ -558,12 +564,20 @@ class TopologyExtender:
             if not failed:
                 rec.results = dict(results)
                 rec.bound_at = now
+                rec.bound_uids.update(uid for uid, _ in members.values())
+                for key in members:
+                    self._pending.pop(key, None)
                 rec.reason = f"gang {rec.key} bound: {len(members)} pods"
                 rec.step(Event.BOUND)
                 self.observer.gang_finished("bound")
                 self.observer.gang_time_to_bind(now - rec.first_seen)
-                # Slots are consumed as the watch shows each pod bound; drop leftovers soon.
-                self.state.extend(rec.key, now + 30.0)
+                # Slots are consumed as the watch shows each pod bound; until then they stay
+                # reserved, under a key of their own so that a next round of the gang (a new
+                # member, filtered before the watch caught up) can plan; dropped after 30 s.
+                leftover = self.state.release(rec.key)
+                if leftover is not None:
+                    self.state.reserve(Reservation(f"{rec.key}#bound-{next(self._leftovers)}",
+                                                   leftover.slots, now + 30.0))
                 self._cond.notify_all()
                 return
             # Compensate: never leave part of a gang bound. Evict the members bound so the gang
