@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         from pathlib import Path
 
         return run_mod.rereport(Path(args.out))
-    return run_mod.main(args, sys.argv if argv is None else ["python", "-m", "bench", *argv])
+    return run_mod.main(args, ["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -152,6 +152,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                     "none_bound": sum(1 for j in gangs if not any(m.bound is not None for m in by_job[j.name]))}
     out["pods"] = {"total": len(recs), "bound": len(binds), "create_errors": result.create_errors}
     out["scheduler_attempt_ms"] = _hist_ms(result.scheduler_metrics, "scheduler_scheduling_attempt_duration_seconds")
+    out["scheduler_algorithm_ms"] = _hist_ms(result.scheduler_metrics, "scheduler_scheduling_algorithm_duration_seconds")
     out["scheduler_attempts"] = _counter_by(result.scheduler_metrics, "scheduler_schedule_attempts", "result")
     if result.extender_metrics:
         out["extender_verb_ms"] = {

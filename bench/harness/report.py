@@ -84,7 +84,9 @@ KEY_ROWS = (
     ("deadlocked gangs", ("deadlocked_gangs",)),
     ("GPU utilization mean", ("utilization_mean",)),
     ("fragmentation mean", ("fragmentation_mean",)),
-    ("scheduler attempt p50 ms", ("scheduler_attempt_ms", "p50")),
+    ("scheduler algorithm p50 ms (filter+score, extender calls included)", ("scheduler_algorithm_ms", "p50")),
+    ("scheduler algorithm p99 ms", ("scheduler_algorithm_ms", "p99")),
+    ("scheduler attempt p50 ms (algorithm + binding)", ("scheduler_attempt_ms", "p50")),
     ("scheduler attempt p99 ms", ("scheduler_attempt_ms", "p99")),
     ("railyard filter p50 / p99 ms", None),
     ("railyard prioritize p50 / p99 ms", None),
@@ -129,7 +131,8 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
            f"- workload: {doc['workload']['jobs']} jobs, {doc['workload']['pods']} pods "
            f"({doc['workload']['gangs']} gangs), seed {doc['seed']}", f"- wall time: {doc['wall_s']:.0f} s", ""]
     if doc.get("description"):
-        out += [doc["description"], ""]
+        out += ["Scenario (as in its full mode" + (", scaled down in quick mode" if doc["mode"] == "quick" else "")
+                + "): " + doc["description"], ""]
     out += ["## Arms", ""]
     for a, title in doc["arm_titles"].items():
         arm = doc["arms"].get(a, {})
