@@ -61,7 +61,7 @@ def test_quick_contention_run_writes_every_documented_key(tmp_path):
     assert "throughput_railyard_vs_default" in doc["ratios"]
     assert doc["ratios"]["time_to_bind_p99_railyard_vs_native"] is not None
     report = (out / "report.md").read_text()
-    assert "## Targets" in report and "| B |" not in report  # a table with arms as columns
+    assert "## Targets" in report and "| | A | B | C | D |" in report  # arms as columns
     for png in ("latency_cdf.png", "throughput.png", "utilization.png", "gang_time_to_bind.png", "gang_landing.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG", png
     # Arm B runs railyard: gangs bind whole, so no gang is left partly bound at the end.
@@ -119,3 +119,37 @@ def test_every_scenario_loads_in_both_modes_and_gangs_fit_the_cluster():
             for job in jobs:
                 if job.required:
                     assert job.pods <= workload.largest_domain_pods(nodes, job.required, job.gpus)
+
+
+def test_two_half_bound_gangs_are_deadlocked_and_exposed():
+    from bench.harness.runner import ArmResult, PodRecord
+
+    jobs = [workload.Job("a", "gang", 2, 8, 0.0, None), workload.Job("b", "gang", 2, 8, 0.0, None)]
+    pods = {
+        "a-0": PodRecord("a-0", "a", 8, created=0.0, bound=1.0, node="h1"),
+        "a-1": PodRecord("a-1", "a", 8, created=0.0),
+        "b-0": PodRecord("b-0", "b", 8, created=0.0, bound=1.0, node="h5"),
+        "b-1": PodRecord("b-1", "b", 8, created=0.0),
+    }
+    out, _ = analysis.analyse(ArmResult("A", pods, 100.0, 1.0), jobs, DRAWING.nodes, {"deadlock_wait_s": 30})
+    assert out["deadlocked_gangs"] == 2
+    assert out["partial_gang_pod_seconds"] == pytest.approx(198.0)
+    assert out["gangs"] == {"total": 2, "bound_whole": 0, "partly_bound": 2, "none_bound": 0}
+    assert out["gang_time_to_bind_s"] == {"p50": None, "p99": None}
+
+
+def test_a_gang_bound_at_once_in_its_nvlink_domain_is_narrowest():
+    from bench.harness.runner import ArmResult, PodRecord
+
+    jobs = [workload.Job("a", "gang", 2, 8, 0.0, None)]
+    pods = {f"a-{i}": PodRecord(f"a-{i}", "a", 8, created=0.0, bound=2.0, node=node)
+            for i, node in enumerate(("h5", "h6"))}
+    out, _ = analysis.analyse(ArmResult("B", pods, 10.0, 1.0), jobs, DRAWING.nodes, {})
+    assert out["narrowest_domain_fraction"] == 1.0
+    assert out["partial_gang_pod_seconds"] == 0.0
+    assert out["domains_spanned_mean"] == {"block": 1.0, "leaf": 1.0, "nvl": 1.0, "host": 2.0}
+    assert out["gang_time_to_bind_s"] == {"p50": 2.0, "p99": 2.0}
+    # Across the two leaves' NVLink domains it would not have been.
+    pods["a-1"].node = "h1"
+    out, _ = analysis.analyse(ArmResult("A", pods, 10.0, 1.0), jobs, DRAWING.nodes, {})
+    assert out["narrowest_domain_fraction"] == 0.0
