@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from extender.adapters import kubeobjects as ko
-from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut
+from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut, NotReady
 from extender.core.gang import HOLDING, Event, Phase, next_phase
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.state import ClusterState, Reservation, claim_slot
@@ -337,6 +337,12 @@ class TopologyExtender:
                 self._redetect()
             key = ko.pod_key(pod)
             gang, named = ko.group_key(pod)
+            if named and not self.ready():
+                # Serving starts before the lists finish (a restart, kill -9 included): a plan
+                # made on nodes without their pods would promise GPUs that are in use.
+                missing = ", ".join(sorted({"nodes", "pods", "podgroups"} - self._synced))
+                raise NotReady(f"railyard is still listing {missing} after a start; gang {gang} is "
+                               f"planned once it has (the scheduler retries the pod)")
             self._seen[key] = (gang, named, gpus)
             if not ko.pod_node(pod):
                 self._pending.setdefault(key, pod)

@@ -3,6 +3,7 @@
     RailyardError
      ├── BadRequest          the request cannot be read (400 / INVALID_ARGUMENT)
      ├── Overloaded          a cap on held binds or in-flight requests is reached (503 / RESOURCE_EXHAUSTED)
+     ├── NotReady            the watch cache has not listed everything yet; the scheduler retries the pod
      ├── BindRefused         bind answered with an error; the scheduler retries the pod
      │    ├── GangTimedOut   the gang's deadline passed before minMember members reached bind
      │    └── GangReleased   the gang's reservation was dropped (member or node gone, re-plan)
@@ -22,6 +23,10 @@ class BadRequest(RailyardError):
 
 
 class Overloaded(RailyardError):
+    pass
+
+
+class NotReady(RailyardError):
     pass
 
 

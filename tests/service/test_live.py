@@ -8,7 +8,7 @@ import time
 import pytest
 
 from extender import topotext
-from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut
+from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut, NotReady
 from extender.service import TopologyExtender
 from extender.settings import Settings
 from tests.topologies import TWO_RACKS, gang, pod
@@ -279,3 +279,19 @@ def test_next_round_after_a_bound_gang_is_planned_before_the_watch_shows_it_boun
     t.join(5)
     assert not t.is_alive() and errors == {}  # a round of one: the bound members are not waited for
     assert binder.bound[-1] == ("ml/g-2", v.node_names[0])
+
+
+def test_no_gang_is_planned_before_the_pods_are_listed():
+    # After a start (a kill -9 and restart included) railyard serves while its lists run, one
+    # thread per kind: with nodes listed and pods not yet, a plan would promise GPUs in use.
+    ext = TopologyExtender(Settings(), MemoryBinder(), clock=Clock())
+    spec = topotext.load(TWO_RACKS)
+    ext.relisted("nodes", spec.nodes)
+    pods = gang("g", 2, 8)
+    with pytest.raises(NotReady, match="still listing podgroups, pods after a start; gang ml/g"):
+        ext.filter(pods[0], NODES)
+    assert ext.state.reservations() == {}
+    assert ext.filter(pod("one", 1), NODES).node_names  # pods outside gangs are not held up
+    ext.relisted("pods", spec.filler_pods() + pods)
+    ext.relisted("podgroups", [])
+    assert len(ext.filter(pods[0], NODES).node_names) == 1

@@ -2,6 +2,7 @@
 
     BadRequest                 INVALID_ARGUMENT     the request cannot be read
     Overloaded                 RESOURCE_EXHAUSTED   a cap is reached; try later
+    NotReady                   UNAVAILABLE          the watch cache is still listing; try later
     GangTimedOut, GangReleased ABORTED              the gang's round ended; the caller retries the pod
     BindRefused                FAILED_PRECONDITION  the pod is unknown or not where its gang planned it
     BindingFailed              UNAVAILABLE          the API server refused the Binding after retries
@@ -25,6 +26,7 @@ from extender.core.errors import (
     BindRefused,
     GangReleased,
     GangTimedOut,
+    NotReady,
     Overloaded,
     RailyardError,
 )
@@ -39,6 +41,7 @@ class NotFound(RailyardError):
 CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (NotReady, grpc.StatusCode.UNAVAILABLE),
     (GangTimedOut, grpc.StatusCode.ABORTED),
     (GangReleased, grpc.StatusCode.ABORTED),
     (BindRefused, grpc.StatusCode.FAILED_PRECONDITION),
