@@ -176,6 +176,54 @@ class GangRecord:
             self.on_step(self, previous, event)
 
 
+class PendingPods:
+    """Unbound, unfinished pods that ask for GPUs or name a gang, by ``ns/name`` and by gang,
+    so that planning a gang never scans every pending pod of the cluster."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, dict] = {}
+        self._gang_of: dict[str, str] = {}
+        self._by_gang: dict[str, dict[str, dict]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def get(self, key: str) -> dict | None:
+        return self._pods.get(key)
+
+    def put(self, key: str, pod: dict) -> None:
+        self.pop(key)
+        gang = ko.group_key(pod)[0]
+        self._pods[key] = pod
+        self._gang_of[key] = gang
+        self._by_gang.setdefault(gang, {})[key] = pod
+
+    def setdefault(self, key: str, pod: dict) -> None:
+        if key not in self._pods:
+            self.put(key, pod)
+
+    def pop(self, key: str) -> dict | None:
+        pod = self._pods.pop(key, None)
+        if pod is not None:
+            gang = self._gang_of.pop(key)
+            members = self._by_gang[gang]
+            del members[key]
+            if not members:
+                del self._by_gang[gang]
+        return pod
+
+    def clear(self) -> None:
+        self._pods.clear()
+        self._gang_of.clear()
+        self._by_gang.clear()
+
+    def of_gang(self, gang: str) -> list[dict]:
+        return list(self._by_gang.get(gang, {}).values())
+
+    def has_gang(self, gang: str) -> bool:
+        return gang in self._by_gang
+
+
 class TopologyExtender:
     """filter / prioritize / bind / preempt over the core, fed by the watch cache.
 
@@ -198,8 +246,8 @@ class TopologyExtender:
         self._nodes: dict[str, dict] = {}
         self._presets: frozenset[str] = frozenset()
         self._levels_stale = False
-        self._pending: dict[str, dict] = {}
-        """Unbound, not finished pods that ask for GPUs or name a gang, by ``ns/name``."""
+        self._pending = PendingPods()
+        self._next_gc = 0.0
         self._bound: dict[str, tuple[str, str]] = {}
         """uid -> (gang key, pod key) of bound pods of named gangs (for preempt)."""
         self._seen: dict[str, tuple[str, bool, int]] = {}
@@ -245,7 +293,7 @@ class TopologyExtender:
             uid = _uid_of(pod) or key
             self.state.delete_pod(uid)
             self._bound.pop(uid, None)
-            self._pending.pop(key, None)
+            self._pending.pop(key)
             self._seen.pop(key, None)
             gang, named = ko.group_key(pod)
             rec = self._gangs.get(gang)
@@ -299,10 +347,11 @@ class TopologyExtender:
         if phase in ("Succeeded", "Failed"):
             self.state.delete_pod(uid)
             self._bound.pop(uid, None)
-            self._pending.pop(key, None)
+            self._pending.pop(key)
             return
         if node:
-            self._pending.pop(key, None)
+            self._pending.pop(key)
+            self._seen.pop(key, None)  # bind has happened: only filter-to-bind needs it
             usage = ko.pod_usage(pod, self.gpu)
             if usage is not None:
                 self.state.upsert_pod(usage, member_key=key)
@@ -310,7 +359,7 @@ class TopologyExtender:
                 self._bound[uid] = (gang, key)
             return
         if named or ko.pod_gpus(pod, self.gpu) > 0:
-            self._pending[key] = pod
+            self._pending.put(key, pod)
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
@@ -333,6 +382,7 @@ class TopologyExtender:
         with self._cond:
             now = self.clock()
             self._expire(now)
+            self._collect(now)
             if self._levels_stale:
                 self._redetect()
             key = ko.pod_key(pod)
@@ -424,8 +474,7 @@ class TopologyExtender:
         return rec
 
     def _plan(self, rec: GangRecord, now: float, pod: dict) -> None:
-        members = [p for p in self._pending.values()
-                   if ko.group_key(p)[0] == rec.key and _uid_of(p) not in rec.bound_uids]
+        members = [p for p in self._pending.of_gang(rec.key) if _uid_of(p) not in rec.bound_uids]
         if not any(ko.pod_key(p) == ko.pod_key(pod) for p in members):
             members.append(pod)
         members.sort(key=lambda p: ko.pod_key(p))
@@ -463,6 +512,20 @@ class TopologyExtender:
         rec.at_bind.clear()
         self._report_reservations()
         self._cond.notify_all()
+
+    GC_INTERVAL = 60.0
+
+    def _collect(self, now: float) -> None:
+        """Forget gangs that hold nothing and have no pod left waiting (bounded memory)."""
+        if now < self._next_gc:
+            return
+        self._next_gc = now + self.GC_INTERVAL
+        for key, rec in list(self._gangs.items()):
+            if rec.phase in HOLDING or self._pending.has_gang(key):
+                continue
+            if rec.bound_at is not None and now - rec.bound_at < self.GC_INTERVAL:
+                continue
+            del self._gangs[key]
 
     def _expire(self, now: float) -> None:
         for key in self.state.expired(now):
@@ -572,7 +635,7 @@ class TopologyExtender:
                 rec.bound_at = now
                 rec.bound_uids.update(uid for uid, _ in members.values())
                 for key in members:
-                    self._pending.pop(key, None)
+                    self._pending.pop(key)
                 rec.reason = f"gang {rec.key} bound: {len(members)} pods"
                 rec.step(Event.BOUND)
                 self.observer.gang_finished("bound")
@@ -691,7 +754,7 @@ class TopologyExtender:
                     return None
                 gang, named = bound, True
             rec = self._gangs.get(gang) if named else None
-            members = sorted((p for p in self._pending.values() if ko.group_key(p)[0] == gang), key=ko.pod_key)
+            members = sorted(self._pending.of_gang(gang), key=ko.pod_key)
             out: dict[str, Any] = {
                 "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pod is not None else "bound",
                 "reason": "", "plan": {}, "quorum": 0, "at_bind": 0, "deadline_in_seconds": 0.0,

@@ -295,3 +295,18 @@ def test_no_gang_is_planned_before_the_pods_are_listed():
     ext.relisted("pods", spec.filler_pods() + pods)
     ext.relisted("podgroups", [])
     assert len(ext.filter(pods[0], NODES).node_names) == 1
+
+
+def test_finished_gangs_are_forgotten():
+    ext, binder, clock = extender()
+    pods = gang("g", 2, 8)
+    plan = steer(ext, pods)
+    errors = {}
+    for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
+        t.join(5)
+    assert [g["phase"] for g in ext.debug_gangs()] == ["bound"]
+    v = ext.filter(gang("other", 1, 1)[0], NODES)  # a later call, within a minute: still listed
+    assert any(g["gang"] == "ml/g" for g in ext.debug_gangs()) and v.node_names
+    clock.now += 2 * ext.GC_INTERVAL
+    ext.filter(pod("solo", 1), NODES)
+    assert not any(g["gang"] == "ml/g" for g in ext.debug_gangs())
