@@ -442,7 +442,9 @@ class TopologyExtender:
                 passed.append(name)
                 continue
             reserved = snap.reserved[i]
-            failed[name] = (f"node {name} has {max(free, 0)} free GPUs ({reserved} reserved for gangs); "
+            # No node name: kube-scheduler counts identical reasons ("39 node(s) have ..."), and
+            # one distinct reason per node made the pod's condition list every node.
+            failed[name] = (f"node(s) have {max(free, 0)} free GPUs ({reserved} reserved for gangs); "
                             f"pod needs {gpus}")
         return FilterVerdict(tuple(passed), failed)
 

@@ -202,7 +202,8 @@ def test_single_pods_avoid_reserved_gpus_and_pack_best_fit():
     steer(ext, gang("g", 2, 8))  # reserves h1 h2
     v = ext.filter(pod("solo", 2), NODES)
     assert set(v.node_names) == {"h3", "h4", "h5"}
-    assert v.failed["h1"] == "node h1 has 0 free GPUs (8 reserved for gangs); pod needs 2"
+    assert v.failed["h1"] == "node(s) have 0 free GPUs (8 reserved for gangs); pod needs 2"
+    assert v.failed["h2"] == v.failed["h1"]  # one line in kube-scheduler's message, not one per node
     scores = dict(ext.prioritize(pod("solo", 2), list(v.node_names)))
     assert scores["h4"] == 10 and scores["h3"] < scores["h4"]
 
