@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from kubernetes.dynamic import DynamicClient
 
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
+from extender.localcluster import pki, processes
 from tests.manifests.render import MANIFESTS, kustomize_command, render
 
 from .helpers import create_pods, delete_pods, gang_pods, namespace, run_railyard, wait_for, wait_for_phase
@@ -189,3 +193,53 @@ def test_grpc_health_and_explain_a_waiting_gang(cluster, state):
             assert reserved and float(reserved.group(1)) >= 16, text
         finally:
             delete_pods(cluster.core, ns)
+
+
+def test_the_https_variant_is_accepted_and_used_by_kube_scheduler(local_cluster, tmp_path):
+    """manifests/overlays/https's scheduler configuration (enableHTTPS, tlsConfig) on the real
+    kube-scheduler, calling a railyard that serves HTTPS: a gang is bound through it."""
+    certs = pki.generate(tmp_path / "pki")  # serving cert for localhost / 127.0.0.1
+    port = processes.free_port()
+    cfg = yaml.safe_load((MANIFESTS / "overlays" / "https" / "scheduler-config.yaml").read_text())
+    (ext,) = cfg["extenders"]
+    assert ext["enableHTTPS"] is True and ext["urlPrefix"].startswith("https://")
+    # Only what ties it to this machine changes: the port, the CA file, the name in the cert.
+    ext["urlPrefix"] = f"https://127.0.0.1:{port}/scheduler"
+    ext["tlsConfig"] = {**ext["tlsConfig"], "caFile": str(certs.ca_cert), "serverName": "localhost"}
+    cfg["leaderElection"] = {"leaderElect": False}
+    config_file = tmp_path / "scheduler-config.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    cluster = local_cluster(topology=TOPOLOGY, extender=False, scheduler_config=config_file)
+    settings = yaml.safe_load((MANIFESTS / "overlays" / "https" / "railyard.yaml").read_text())
+    settings["server"].update(listen=f"127.0.0.1:{port}", tls_cert_file=str(certs.apiserver_cert),
+                              tls_key_file=str(certs.apiserver_key))
+    settings["server"].pop("metrics_listen")
+    settings["grpc"] = {"listen": ""}
+    settings_file = tmp_path / "railyard.yaml"
+    settings_file.write_text(yaml.safe_dump(settings))
+    log = open(tmp_path / "railyard-https.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "extender", "serve", "--config", str(settings_file),
+                               "--kubeconfig", str(cluster.kubeconfig), "--scheduler-config", str(config_file)],
+                              stdout=log, stderr=subprocess.STDOUT, env=processes.clean_env())
+    try:
+        context = ssl.create_default_context(cafile=str(certs.ca_cert))
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://localhost:{port}/readyz", timeout=2, context=context) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 60, "railyard to serve HTTPS")
+        ns = namespace(cluster.core)
+        pods = gang_pods("t", 2, 8)
+        for p in pods:
+            p["spec"]["schedulerName"] = "railyard"  # the only profile of the shipped config
+        names = create_pods(cluster.core, ns, pods)
+        wait_for_phase(cluster.core, ns, names, "Running", timeout=120)
+        delete_pods(cluster.core, ns)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
