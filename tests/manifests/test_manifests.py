@@ -146,6 +146,10 @@ def test_https_overlay_differs_from_the_reference_only_in_tls():
     assert {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}["tls"] == "railyard-tls"
 
 
+def test_the_manifests_root_is_the_base():
+    assert render(MANIFESTS) == render(MANIFESTS / "base")
+
+
 def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_matches():
     objs = render(MANIFESTS / "overlays" / "main-scheduler")
     assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Secret",
