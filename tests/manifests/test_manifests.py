@@ -106,8 +106,10 @@ def test_the_deployment_runs_non_root_read_only_with_two_identities(base):
         assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert c["livenessProbe"] and c["readinessProbe"] and c["resources"]["requests"]
-    token_mount = {m["mountPath"]: m["name"] for m in containers["railyard"]["volumeMounts"]}
-    assert token_mount["/var/run/secrets/kubernetes.io/serviceaccount"] == "extender-token"
+    mounts = {m["mountPath"]: m for m in containers["railyard"]["volumeMounts"]}
+    assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"]["name"] == "extender-token"
+    # Writable: only /tmp, an emptyDir; everything else it mounts is read-only.
+    assert [path for path, m in mounts.items() if not m.get("readOnly")] == ["/tmp"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["extender-token"]["secret"]["secretName"] == "railyard-extender-token"
     token = find(base, "Secret", "railyard-extender-token")
@@ -115,6 +117,7 @@ def test_the_deployment_runs_non_root_read_only_with_two_identities(base):
     # The generated ConfigMap names (with their hash) are the ones mounted.
     names = {o["metadata"]["name"] for o in base if o["kind"] == "ConfigMap"}
     assert {v["configMap"]["name"] for v in volumes.values() if "configMap" in v} == names
+    assert "emptyDir" in volumes["tmp"]
 
 
 def test_pdb_and_metrics_service_select_the_scheduler_pods(base):
