@@ -4,8 +4,10 @@
 #
 # Two stages: the build stage generates the protobuf code with the pinned grpcio-tools and
 # installs railyard into a virtualenv; the final image is that virtualenv on the same slim
-# Python, run as a non-root user, with no compiler, pip cache or generator in it. Nothing is
-# written at run time, so it runs with readOnlyRootFilesystem (manifests/base/deployment.yaml).
+# Python, run as a non-root user, with no compiler, pip cache or generator in it. It runs with
+# readOnlyRootFilesystem (manifests/base/deployment.yaml): no bytecode is written, and the only
+# writes, the Kubernetes client's temp files for a kubeconfig with inline certificates, go to
+# the emptyDir the manifests mount at /tmp.
 
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
