@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
@@ -481,6 +481,12 @@ class TopologyExtender:
             members.append(pod)
         members.sort(key=lambda p: ko.pod_key(p))
         spec = ko.gang_spec(rec.key, members, self._podgroups, self.gpu)
+        running = sum(1 for gang, _ in self._bound.values() if gang == rec.key)
+        if running and spec.min_member > len(spec.members):
+            # Replacements for members of a gang that runs (a pod deleted and created again by
+            # its controller): the running members count toward minMember, else the round
+            # would wait for placeholders nobody will fill, timing out forever.
+            spec = replace(spec, min_member=max(len(spec.members), spec.min_member - running))
         rec.sized = ko.is_sized(members, self._podgroups.get(rec.key))
         started = time.perf_counter()
         result = plan(spec, self.state.snapshot())
