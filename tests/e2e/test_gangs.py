@@ -223,3 +223,21 @@ def test_single_gpu_pods_keep_being_scheduled_while_gangs_wait(cluster, ns, watc
     assert set(bound.values()) == planned
     watch.assert_whole(gangs)
     assert watch.bound(gangs["giant"]) == {}
+
+
+# -- a member replaced while its gang runs -------------------------------------------------------
+
+def test_replacement_for_a_deleted_member_of_a_running_gang_binds(cluster, ns, watch):
+    # What a Job or JobSet controller does after a pod is lost: the running members count
+    # toward min-member, so the replacement is not held for members that will never come.
+    core = cluster.core
+    job = gang_pods("job", 4, timeout_seconds=20)
+    names = create_pods(core, ns, job)
+    watch.wait_bound(names, BIND_TIMEOUT, "the gang")
+    wait_for_phase(core, ns, names, "Running")
+    core.delete_namespaced_pod(names[2], ns, grace_period_seconds=0)
+    wait_for(lambda: names[2] not in {p.metadata.name for p in core.list_namespaced_pod(ns).items}, 60,
+             f"{names[2]} to be gone")
+    create_pods(core, ns, [gang_pods("job", 4, timeout_seconds=20)[2]])
+    running = wait_for_phase(core, ns, names, "Running", timeout=BIND_TIMEOUT)
+    assert len({p.spec.node_name for p in running.values()}) == 4
