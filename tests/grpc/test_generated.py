@@ -22,3 +22,14 @@ def test_the_service_offers_every_verb() -> None:
 
     methods = {m.name for m in extender_pb2.DESCRIPTOR.services_by_name["Extender"].methods}
     assert methods == {"Filter", "Prioritize", "Bind", "Preempt", "PlanGang", "ExplainPod", "WatchGangs"}
+
+
+def test_generated_code_is_quarantined() -> None:
+    """Only the gRPC adapter and ``railyard explain`` import extender.api (STYLE.md habit 14)."""
+    from tests.test_layers import ROOT, imports
+
+    allowed = {ROOT / "commands" / "explain.py", *(ROOT / "adapters" / "grpc").rglob("*.py"),
+               *(ROOT / "api").rglob("*.py")}
+    for path in ROOT.rglob("*.py"):
+        if path not in allowed:
+            assert not any(name.startswith("extender.api") for name in imports(path)), path
