@@ -148,6 +148,9 @@ class WatchCache:
             except Gone:
                 log.info("%s: resourceVersion %s too old, listing again", r.kind, rv)
                 rv = None
+                failures += 1
+                if failures > 1:  # Gone again right after a list: don't spin
+                    self._pause(r, failures - 1)
             except NotFound as exc:
                 log.warning("%s: %s", r.kind, exc)
                 rv, served = None, not r.api
