@@ -115,7 +115,7 @@ class WatchCache:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         for resp in list(self._streams.values()):
-            resp.shutdown()  # unblocks a read parked in a watch
+            getattr(resp, "shutdown", resp.close)()  # unblocks a parked read (urllib3 >= 2.3)
         for t in self._threads:
             t.join(timeout)
 
