@@ -107,6 +107,7 @@ class ExtenderServer:
         self._ready_checks = dict(ready_checks or {})
         self._ssl = ssl_context
         self._counters = _Counters()
+        self._warned: dict[tuple[str, str], tuple[float, int]] = {}
         self._binds = ThreadPoolExecutor(max_workers=limits.max_held_binds, thread_name_prefix="bind")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -216,12 +217,24 @@ class ExtenderServer:
                 else:
                     c.in_flight -= 1
         if outcome not in ("ok", "error"):
-            log.warning("%s %s: %s", verb, status, reply.get("Error"))
+            self._warn(verb, outcome, status, reply.get("Error"))
         self.observer.verb_finished(verb, outcome, time.perf_counter() - started)
         response = _json(status, reply)
         if not request.content.at_eof():  # a body left unread (over the limit): hang up, don't drain it
             response.force_close()
         return response
+
+    def _warn(self, verb: str, outcome: str, status: int, message: str) -> None:
+        """Log refused calls, at most once per 10 s per verb and outcome: a misconfigured
+        scheduler sends hundreds a second, and /metrics counts every one."""
+        now = time.monotonic()
+        last, suppressed = self._warned.get((verb, outcome), (-1e9, 0))
+        if now - last < 10:
+            self._warned[(verb, outcome)] = (last, suppressed + 1)
+            return
+        more = f" ({suppressed} more like it not logged)" if suppressed else ""
+        log.warning("%s %s: %s%s", verb, status, message, more)
+        self._warned[(verb, outcome)] = (now, 0)
 
     async def _read_json(self, request: web.Request) -> Any:
         limit = self.limits.max_body_bytes
