@@ -780,6 +780,15 @@ class TopologyExtender:
             with self._own_reservation_returned(gang):
                 topo = self.state.topology
                 bound_level, rows = domain_fits(spec, self.state.snapshot())
+                if rec is None:
+                    # Never filtered as a gang: say so, and what planning it now would give.
+                    now_plan = _answer(self.state, plan(spec, self.state.snapshot()), set()).reason
+                    if pod_key in self._seen:
+                        why = f"pod {pod_key} names no gang: filter checks free GPUs node by node, nothing is reserved"
+                    else:
+                        why = (f"not planned yet: kube-scheduler has not sent {pod_key} to railyard's filter (check "
+                               f"spec.schedulerName and that the scheduler's extender config points at railyard)")
+                    out["reason"] = f"{why}; planned now: {now_plan}"
             out["pods"] = len(spec.demand())
             out["level"] = topo.level_key(bound_level) or ""
             out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,

@@ -85,3 +85,15 @@ def test_watch_gangs_lists_then_streams_each_transition_with_its_reason():
     stop()
     ext.filter(pods[0], NODES)
     assert len(seen) == 3
+
+
+def test_explain_a_gang_kube_scheduler_never_sent_says_so_and_what_planning_would_give():
+    ext, _, _ = extender()
+    create(ext, gang("g", 2, 8))  # the watch saw them; no filter call yet
+    got = ext.explain("ml/g-0")
+    assert got["phase"] == "pending"
+    assert got["reason"] == (
+        "not planned yet: kube-scheduler has not sent ml/g-0 to railyard's filter (check spec.schedulerName "
+        "and that the scheduler's extender config points at railyard); planned now: gang ml/g: 2 pods, "
+        "16 GPUs on 2 nodes within network.topology.nvidia.com/accelerator b1/r1/n1")
+    assert ext.state.reservations() == {}
