@@ -12,7 +12,7 @@ import threading
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the kube-scheduler extender (HTTP verbs, watch cache, metrics)",
+        help="run the kube-scheduler extender (HTTP verbs, gRPC API, watch cache, metrics)",
         description="Serve kube-scheduler's extender verbs (filter, prioritize, bind, preempt) under "
         "PREFIX, with /healthz, /readyz, /metrics and /debug/gangs. Flags override the settings file.",
     )
