@@ -411,7 +411,13 @@ class TopologyExtender:
                 if rec.phase == Phase.REJECTED:
                     return FilterVerdict((), {}, failed)
                 return FilterVerdict((), failed)
-            slot = self.state.slot_of(key) or claim_slot(self.state, gang, key, gpus)
+            slot = self.state.slot_of(key)
+            if slot is None:
+                slot = claim_slot(self.state, gang, key, gpus)
+                if slot is not None:
+                    # A member created after planning is a member all the same: deleting it
+                    # must release the gang like deleting any other.
+                    rec.members = (*rec.members, key)
             if slot is None:
                 reason = (f"gang {gang} has {rec.quorum} planned GPU members and every slot is taken; "
                           f"pod {key} is one too many (set railyard.io/min-member)")
@@ -731,10 +737,12 @@ class TopologyExtender:
                 phase = rec.phase.value
                 if rec.phase == Phase.WAITING:
                     phase = f"waiting at bind {len(rec.at_bind)}/{rec.quorum}"
+                held = self.state.reservation(rec.key) if rec.phase in (Phase.PLANNED, Phase.WAITING) else None
+                slots = held.slots if held else rec.placement.slots if rec.placement else ()
                 out.append({
                     "gang": rec.key,
                     "phase": phase,
-                    "plan": {s.member: s.node for s in rec.placement.slots} if rec.placement else {},
+                    "plan": {s.member: s.node for s in slots},  # members that came later by name
                     "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
                     "reason": rec.reason,
                 })

@@ -337,3 +337,22 @@ def test_a_replacement_member_of_a_running_gang_binds_at_once():
     assert not t.is_alive() and errors == {}
     assert binder.bound[-1] == ("ml/g-2", v.node_names[0])
     assert ext.state.reservations().keys() <= {k for k in ext.state.reservations() if "#bound" in k}
+
+
+def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
+    # min-member 3 planned when only g-0 existed; g-1 came later and took a placeholder slot,
+    # reached bind, then was deleted: the gang must be released (found by e2e: the held binds
+    # stayed until the deadline, counting the deleted pod as arrived).
+    ext, binder, _ = extender()
+    pods = gang("g", 3, 8, annotations={"railyard.io/min-member": "3"})
+    plan = steer(ext, pods[:1])
+    plan.update(steer(ext, pods[1:2]))
+    errors = {}
+    threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    assert {"ml/g-0", "ml/g-1"} <= ext.debug_gangs()[0]["plan"].keys()
+    ext.pod_deleted(pods[1])
+    for t in threads:
+        t.join(5)
+    assert isinstance(errors["g-0"], GangReleased) and "member ml/g-1 was deleted" in str(errors["g-0"])
+    assert binder.bound == [] and ext.state.reservations() == {}
