@@ -241,3 +241,23 @@ def test_replacement_for_a_deleted_member_of_a_running_gang_binds(cluster, ns, w
     create_pods(core, ns, [gang_pods("job", 4, timeout_seconds=20)[2]])
     running = wait_for_phase(core, ns, names, "Running", timeout=BIND_TIMEOUT)
     assert len({p.spec.node_name for p in running.values()}) == 4
+
+
+# -- a member deleted while its gang waits at bind -------------------------------------------------
+
+def test_member_deleted_while_gang_waits_at_bind_releases_then_gang_binds_whole(cluster, ns, watch):
+    core = cluster.core
+    gang = gang_pods("held", 4, timeout_seconds=100)
+    names = names_of(gang)
+    create_pods(core, ns, gang[:1])  # planned with three placeholder slots ...
+    wait_for(lambda: gang_phase(cluster, ns, "held") == "waiting at bind 1/4", BIND_TIMEOUT, "first member held")
+    create_pods(core, ns, gang[1:3])  # ... which the next two members take
+    wait_for(lambda: gang_phase(cluster, ns, "held") == "waiting at bind 3/4", BIND_TIMEOUT, "three members held")
+    core.delete_namespaced_pod(names[2], ns, grace_period_seconds=0)
+    # Released at once (not at the 100 s deadline): the two left are planned and held again.
+    wait_for(lambda: gang_phase(cluster, ns, "held") == "waiting at bind 2/4", 60,
+             "the gang released and its two members held again")
+    assert watch.bound(names) == {}
+    create_pods(core, ns, [gang_pods("held", 4, timeout_seconds=100)[2], gang[3]])
+    watch.wait_bound(names, BIND_TIMEOUT, "the gang once complete again")
+    watch.assert_whole({"held": names})
