@@ -36,14 +36,14 @@ def _get(doc, keys):
 
 
 @pytest.mark.e2e
-def test_quick_contention_run_writes_every_documented_key(tmp_path):
+def test_quick_gangs_run_writes_every_documented_key(tmp_path):
     from extender.localcluster import binaries
 
     if os.environ.get("CI", "").lower() != "true" and not all(binaries.is_cached(c) for c in binaries.COMPONENTS):
         pytest.skip("control-plane binaries not built yet: run `railyard cluster build`")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--scenario", "contention", "--out", str(out), "--quick"],
+        [sys.executable, "-m", "bench", "run", "--scenario", "gangs", "--out", str(out), "--quick"],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
