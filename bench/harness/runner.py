@@ -221,6 +221,7 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     stall = float(workload.get("stall_s", 60))
     reason = "all pods bound"
     last_report = 0.0
+    loads = [os.getloadavg()[0]]
     while True:
         now = time.monotonic() - t0[0]
         with watcher.lock:
@@ -236,6 +237,7 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         if now - last_report > 15:
             say(f"t={now:.0f}s bound {bound}/{len(records)}")
             last_report = now
+            loads.append(os.getloadavg()[0])
         time.sleep(0.25)
     # Let finishing pods be seen a moment longer than the last bind.
     time.sleep(1.0)
@@ -243,6 +245,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     watcher.stop()
     say(f"stopped at t={end:.0f}s: {reason}; bound {watcher.bound_count}/{len(records)}")
     result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason)
+    result.notes.append(f"1-minute load average of this 2-core machine during the arm: "
+                        f"{min(loads):.1f} to {max(loads):.1f} (other work shares it)")
     if held:
         result.notes.append(f"kube-scheduler paused while the {len(records)} pods were created "
                             f"({t_resume:.0f}s), resumed at t={t_resume:.0f}s")
