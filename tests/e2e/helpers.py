@@ -255,6 +255,8 @@ class BindingWatch:
         """pod name -> (monotonic time first seen bound, node)."""
         self.first_phase: dict[tuple[str, str], float] = {}
         """(pod name, phase) -> monotonic time first seen in that phase."""
+        self.gang_of: dict[str, str] = {}
+        """pod name -> its pod-group label, for every gang member seen."""
         self.polls = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -287,6 +289,9 @@ class BindingWatch:
                 name = pod["metadata"]["name"]
                 if node and name not in self.first_bound:
                     self.first_bound[name] = (now, node)
+                group = (pod["metadata"].get("labels") or {}).get(POD_GROUP)
+                if group:
+                    self.gang_of[name] = group
                 phase = (pod.get("status") or {}).get("phase", "")
                 self.first_phase.setdefault((name, phase), now)
 
@@ -314,10 +319,18 @@ class BindingWatch:
             times = [self.first_bound[n][0] for n in names if n in self.first_bound]
         return max(times) - min(times) if times else 0.0
 
-    def assert_whole(self, gangs: dict[str, list[str]], max_spread: float = 2.0) -> None:
+    def assert_whole(self, gangs: dict[str, list[str]] | None = None, max_spread: float = 2.0) -> None:
         """Every gang is bound whole or not at all now, and was never seen partly bound for longer
-        than ``max_spread`` seconds (the time it takes to issue one gang's Bindings)."""
+        than ``max_spread`` seconds (the time it takes to issue one gang's Bindings).
+
+        ``gangs``: gang -> member names; default: every pod-group label seen, with the pods seen.
+        """
         self.poll()
+        if gangs is None:
+            with self._lock:
+                gangs = {}
+                for name, group in self.gang_of.items():
+                    gangs.setdefault(group, []).append(name)
         problems = []
         for gang, members in gangs.items():
             bound = self.bound(members)

@@ -59,6 +59,7 @@ def ns(cluster):
 def watch(cluster, ns):
     with BindingWatch(cluster.core, ns) as w:
         yield w
+        w.assert_whole()  # every gang the test made, whatever the test asserted itself
 
 
 def interleaved(*gangs: list[dict[str, Any]]) -> list[dict[str, Any]]:
