@@ -461,15 +461,21 @@ class TopologyExtender:
             slot = self.state.slot_of(key)
             if slot is not None:
                 return [(n, 10 if n == slot.node else 0) for n in node_names]
+            if gpus == 0:
+                return [(n, 0) for n in node_names]
+            snap = self.state.snapshot()
+            index, free, nodes = snap.topology.index, snap.free, snap.topology.nodes
+            # Best fit: the fewer GPUs a pod leaves free on a node, the higher the score
+            # (0..10 in steps of the node's GPU count; unknown nodes and GPU-less nodes score 0).
             scores = []
             for name in node_names:
-                node = self.state.node(name)
-                if node is None or gpus == 0 or node.gpus == 0:
+                i = index.get(name)
+                total = nodes[i].gpus if i is not None else 0
+                if not total:
                     scores.append((name, 0))
                     continue
-                leftover = max(self.state.free(name) - gpus, 0)
-                # Best fit: the fewer GPUs a pod leaves free on a node, the higher the score.
-                scores.append((name, round(10 * (1 - leftover / node.gpus))))
+                leftover = free[i] - gpus
+                scores.append((name, 10 - (10 * leftover) // total if leftover > 0 else 10))
             return scores
 
     # -- planning ---------------------------------------------------------------------------
@@ -487,8 +493,9 @@ class TopologyExtender:
             members.append(pod)
         members.sort(key=lambda p: ko.pod_key(p))
         spec = ko.gang_spec(rec.key, members, self._podgroups, self.gpu)
-        running = sum(1 for gang, _ in self._bound.values() if gang == rec.key)
-        if running and spec.min_member > len(spec.members):
+        missing = spec.min_member - len(spec.members)
+        running = sum(1 for gang, _ in self._bound.values() if gang == rec.key) if missing > 0 else 0
+        if running:
             # Replacements for members of a gang that runs (a pod deleted and created again by
             # its controller): the running members count toward minMember, else the round
             # would wait for placeholders nobody will fill, timing out forever.
