@@ -467,15 +467,13 @@ class TopologyExtender:
             index, free, nodes = snap.topology.index, snap.free, snap.topology.nodes
             # Best fit: the fewer GPUs a pod leaves free on a node, the higher the score
             # (0..10 in steps of the node's GPU count; unknown nodes and GPU-less nodes score 0).
+            get = index.get
             scores = []
             for name in node_names:
-                i = index.get(name)
+                i = get(name)
                 total = nodes[i].gpus if i is not None else 0
-                if not total:
-                    scores.append((name, 0))
-                    continue
-                leftover = free[i] - gpus
-                scores.append((name, 10 - (10 * leftover) // total if leftover > 0 else 10))
+                leftover = free[i] - gpus if total else 0
+                scores.append((name, 0 if not total else 10 if leftover <= 0 else 10 - 10 * leftover // total))
             return scores
 
     # -- planning ---------------------------------------------------------------------------
