@@ -1,8 +1,8 @@
 """The `railyard` command line: one subcommand per module, each adding its own parser.
 
 Each command module offers ``add_parser(subparsers)`` which registers a parser whose
-``func`` default is ``run(args) -> int``. Commands are imported lazily so that
-``railyard plan`` does not pay for grpc or the kubernetes client.
+``func`` default is ``run(args) -> int``. Command modules import their heavy dependencies
+inside ``run`` so that ``railyard plan`` does not pay for grpc or the kubernetes client.
 """
 
 from __future__ import annotations
@@ -27,14 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Topology-aware gang placement for GPU training jobs (kube-scheduler extender).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue  # command not built yet
-        mod.add_parser(sub)
+    for module in COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 
