@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -199,7 +200,10 @@ def test_the_https_variant_is_accepted_and_used_by_kube_scheduler(local_cluster,
     """manifests/overlays/https's scheduler configuration (enableHTTPS, tlsConfig) on the real
     kube-scheduler, calling a railyard that serves HTTPS: a gang is bound through it."""
     certs = pki.generate(tmp_path / "pki")  # serving cert for localhost / 127.0.0.1
-    port = processes.free_port()
+    # Hold the extender's port while the cluster starts, so none of its components takes it.
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
     cfg = yaml.safe_load((MANIFESTS / "overlays" / "https" / "scheduler-config.yaml").read_text())
     (ext,) = cfg["extenders"]
     assert ext["enableHTTPS"] is True and ext["urlPrefix"].startswith("https://")
@@ -218,6 +222,7 @@ def test_the_https_variant_is_accepted_and_used_by_kube_scheduler(local_cluster,
     settings_file = tmp_path / "railyard.yaml"
     settings_file.write_text(yaml.safe_dump(settings))
     log = open(tmp_path / "railyard-https.log", "w")
+    holder.close()
     server = subprocess.Popen([sys.executable, "-m", "extender", "serve", "--config", str(settings_file),
                                "--kubeconfig", str(cluster.kubeconfig), "--scheduler-config", str(config_file)],
                               stdout=log, stderr=subprocess.STDOUT, env=processes.clean_env())
