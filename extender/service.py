@@ -447,6 +447,9 @@ class TopologyExtender:
             if free >= gpus and snap.blocked[i] is None:
                 passed.append(name)
                 continue
+            if snap.blocked[i] is not None:
+                failed[name] = f"node(s) {snap.blocked[i]}; pod needs {gpus} GPUs"
+                continue
             reserved = snap.reserved[i]
             # No node name: kube-scheduler counts identical reasons ("39 node(s) have ..."), and
             # one distinct reason per node made the pod's condition list every node.
@@ -490,7 +493,8 @@ class TopologyExtender:
         if not any(ko.pod_key(p) == ko.pod_key(pod) for p in members):
             members.append(pod)
         members.sort(key=lambda p: ko.pod_key(p))
-        spec = ko.gang_spec(rec.key, members, self._podgroups, self.gpu)
+        spec = ko.gang_spec(rec.key, members, self._podgroups, self.gpu,
+                            self.settings.gangs.default_timeout_seconds)
         missing = spec.min_member - len(spec.members)
         running = sum(1 for gang, _ in self._bound.values() if gang == rec.key) if missing > 0 else 0
         if running:
@@ -513,8 +517,7 @@ class TopologyExtender:
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")
             return
-        timeout = spec.timeout_seconds if spec.timeout_seconds else self.settings.gangs.default_timeout_seconds
-        rec.deadline = now + timeout
+        rec.deadline = now + spec.timeout_seconds
         rec.placement = result
         rec.members = tuple(m.key for m in spec.members)
         rec.quorum = sum(1 for s in result.slots if s.gpus > 0)
@@ -549,12 +552,11 @@ class TopologyExtender:
     def _expire(self, now: float) -> None:
         for key in self.state.expired(now):
             rec = self._gangs.get(key)
-            if rec is None:
-                self.state.release(key)
-            elif rec.phase in (Phase.PLANNED, Phase.WAITING):
+            if rec is not None and rec.phase in (Phase.PLANNED, Phase.WAITING):
                 self._time_out(rec)
-            elif rec.phase == Phase.BOUND:
-                self.state.release(key)  # slots of bound pods the watch never showed
+            elif rec is None:
+                # A bound round's leftover slots (``<gang>#bound-N``): pods the watch never showed.
+                self.state.release(key)
                 self._report_reservations()
 
     def _time_out(self, rec: GangRecord) -> None:
@@ -789,7 +791,7 @@ class TopologyExtender:
                     out["deadline_in_seconds"] = round(max(rec.deadline - now, 0.0), 1)
             if not members:
                 return out
-            spec = ko.gang_spec(gang, members, self._podgroups, self.gpu)
+            spec = ko.gang_spec(gang, members, self._podgroups, self.gpu, self.settings.gangs.default_timeout_seconds)
             with self._own_reservation_returned(gang):
                 topo = self.state.topology
                 bound_level, rows = domain_fits(spec, self.state.snapshot())
@@ -816,7 +818,7 @@ class TopologyExtender:
         with self._cond:
             answers = []
             for key, members in ko.group_pods(pods).items():
-                spec = ko.gang_spec(key, members, self._podgroups, self.gpu)
+                spec = ko.gang_spec(key, members, self._podgroups, self.gpu, self.settings.gangs.default_timeout_seconds)
                 with self._own_reservation_returned(key):
                     result = plan(spec, self.state.snapshot())
                     answers.append(_answer(self.state, result, {ko.pod_key(p) for p in members}))

@@ -374,6 +374,7 @@ def gang_spec(
     pods: Sequence[Mapping[str, Any]],
     podgroups: Mapping[str, PodGroupFacts] | None = None,
     gpu_resource: str = GPU_RESOURCE,
+    default_timeout: float = DEFAULT_TIMEOUT,
 ) -> GangSpec:
     """Build a gang from its member pods (in order of first appearance) and its PodGroup.
 
@@ -416,13 +417,13 @@ def gang_spec(
         if found:
             min_member = _positive_int(found[1], found[0], problems, default=len(members))
 
-    timeout = DEFAULT_TIMEOUT
+    timeout = default_timeout
     found = setting(TIMEOUT)
     if found:
-        timeout = float(_positive_int(found[1], found[0], problems, default=int(DEFAULT_TIMEOUT)))
+        timeout = float(_positive_int(found[1], found[0], problems, default=int(default_timeout)))
     elif pg is not None and pg.timeout_seconds is not None:
         timeout = float(_positive_int(pg.timeout_seconds, f"PodGroup {key} spec.scheduleTimeoutSeconds",
-                                      problems, int(DEFAULT_TIMEOUT)))
+                                      problems, int(default_timeout)))
 
     required = setting(*REQUIRED)
     preferred = setting(*PREFERRED)

@@ -173,11 +173,6 @@ class ClusterState:
         _, slot = self._reserved_by_member.pop(old)
         self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus))
 
-    def extend(self, gang: str, deadline: float) -> None:
-        res = self._reservations.get(gang)
-        if res is not None:
-            self._reservations[gang] = Reservation(gang, res.slots, deadline)
-
     def expired(self, now: float) -> list[str]:
         return [g for g, r in self._reservations.items() if r.deadline <= now]
 

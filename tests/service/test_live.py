@@ -10,7 +10,7 @@ import pytest
 from extender import topotext
 from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut, NotReady
 from extender.service import TopologyExtender
-from extender.settings import Settings
+from extender.settings import GangSettings, Settings
 from tests.topologies import TWO_RACKS, gang, pod
 
 
@@ -55,6 +55,7 @@ def extender(drawing=TWO_RACKS, fail=frozenset()):
     return ext, binder, clock
 
 
+BLOCKED_SMALL = "rack r1: c1[8/8 cordoned] c2\n"
 NODES = ["h1", "h2", "h3", "h4", "h5", "h6"]
 
 
@@ -356,3 +357,23 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
         t.join(5)
     assert isinstance(errors["g-0"], GangReleased) and "member ml/g-1 was deleted" in str(errors["g-0"])
     assert binder.bound == [] and ext.state.reservations() == {}
+
+
+def test_configured_default_timeout_applies_to_gangs_that_name_none():
+    binder, clock = MemoryBinder(), Clock()
+    settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0))
+    ext = TopologyExtender(settings, binder, clock=clock)
+    spec = topotext.load(TWO_RACKS)
+    ext.relisted("nodes", spec.nodes)
+    ext.relisted("pods", spec.filler_pods())
+    ext.relisted("podgroups", [])
+    create(ext, gang("g", 2, 8))
+    ext.filter(gang("g", 2, 8)[0], NODES)
+    assert ext.debug_gangs()[0]["deadline_in_seconds"] == 5.0
+
+
+def test_cordoned_node_reason_says_so():
+    ext, _, _ = extender(BLOCKED_SMALL)
+    v = ext.filter(pod("solo", 8), ["c1", "c2"])
+    assert v.node_names == ("c2",)
+    assert v.failed["c1"] == "node(s) cordoned; pod needs 8 GPUs"

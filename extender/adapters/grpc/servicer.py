@@ -18,18 +18,10 @@ from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.core.errors import BadRequest
 from extender.core.verdicts import FilterVerdict
+from extender.service import GangAnswer
 
 WATCH_POLL_SECONDS = 0.5
 """How often a WatchGangs stream with nothing to send checks that its client is still there."""
-
-
-class GangAnswerLike(Protocol):
-    gang: str
-    feasible: bool
-    level: str | None
-    domain: list[str | None] | None
-    placement: dict[str, str]
-    reason: str
 
 
 class Handler(Protocol):
@@ -39,7 +31,7 @@ class Handler(Protocol):
     def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]: ...
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
     def preempt(self, pod: dict, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
-    def plan_gang(self, pods: Sequence[Mapping[str, Any]]) -> Sequence[GangAnswerLike]: ...
+    def plan_gang(self, pods: Sequence[Mapping[str, Any]]) -> Sequence[GangAnswer]: ...
     def explain(self, pod_key: str) -> dict | None: ...
     def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]: ...
 
