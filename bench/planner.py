@@ -19,6 +19,7 @@ from extender.adapters import kubeobjects as ko
 from extender.core.model import GangSpec, Member, PodUsage
 from extender.core.planner import Placement, plan
 from extender.core.state import ClusterState
+from extender.settings import DEFAULT_GPU_RESOURCE
 
 
 def cluster(nodes: int) -> ClusterState:
@@ -37,10 +38,10 @@ def cluster(nodes: int) -> ClusterState:
                     lines.append(f"      nvl n{n}: {hosts}")
                     count += 4
     spec = topotext.parse("\n".join(lines) + "\n")
-    choice = ko.detect_levels(spec.nodes)
-    state = ClusterState(choice.levels)
-    for node in spec.nodes:
-        state.upsert_node(ko.node_facts(node, choice.levels))
+    nodes = [ko.node_facts(n, DEFAULT_GPU_RESOURCE) for n in spec.nodes]
+    state = ClusterState(ko.detect_levels(nodes).levels)
+    for node in nodes:
+        state.upsert_node(node)
     state.topology
     return state
 
@@ -70,15 +71,15 @@ def main() -> None:
     for i in range(args.pods):
         state.upsert_pod(PodUsage(f"p{i}", names[(i * 7) % (len(names) // 2)], 1 if i % 5 else 0))
 
-    big = GangSpec("ml/big", tuple(Member(f"ml/w{i}", 8, (i,)) for i in range(512)), 512)
-    one = GangSpec("ml/one", (Member("ml/solo", 8),), 1)
+    big = GangSpec("ml/big", tuple(Member(f"ml/w{i}", 8, (i,)) for i in range(512)), 512, 60.0)
+    one = GangSpec("ml/one", (Member("ml/solo", 8),), 1, 60.0)
 
     def big_plan():
-        result = plan(big, state.snapshot())
+        result = plan(big, state.view())
         assert isinstance(result, Placement)
 
     def one_plan():
-        assert isinstance(plan(one, state.snapshot()), Placement)
+        assert isinstance(plan(one, state.view()), Placement)
 
     i = [0]
 
@@ -87,14 +88,14 @@ def main() -> None:
         state.upsert_pod(PodUsage(f"x{i[0] % 1000}", names[i[0] % len(names)], 1 + i[0] % 2))
 
     node = ko.node_facts(topotext.parse("core c0\n  spine s0\n    leaf l0\n      nvl n0: c0s0l0n0h0[4]\n").nodes[0],
-                         state.levels)
+                         DEFAULT_GPU_RESOURCE)
 
     def node_change():
         state.upsert_node(node)
 
     rows = [
-        ("snapshot + plan, 512 pods x 8 GPUs", timed(big_plan, args.repeat), 20e-3),
-        ("snapshot + plan, 1 pod x 8 GPUs", timed(one_plan, args.repeat * 20), 0.2e-3),
+        ("view + plan, 512 pods x 8 GPUs", timed(big_plan, args.repeat), 20e-3),
+        ("view + plan, 1 pod x 8 GPUs", timed(one_plan, args.repeat * 20), 0.2e-3),
         ("apply one pod change", timed(pod_change, args.repeat * 200), 50e-6),
         ("apply one node change (capacity)", timed(node_change, args.repeat * 200), 50e-6),
     ]

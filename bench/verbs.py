@@ -25,9 +25,12 @@ from prometheus_client import CollectorRegistry
 from bench.http_stack import client, pct
 from extender import topotext
 from extender.adapters.http.server import ExtenderServer
+from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
 from extender.service import TopologyExtender
-from extender.settings import Settings
+from extender.settings import DEFAULT_GPU_RESOURCE, ServerSettings, Settings
+
+TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
 
 
 class NoBinder:
@@ -57,7 +60,8 @@ def cluster(nodes: int) -> list[dict]:
 
 
 def service_times(service: TopologyExtender, names: list[str], requests: int = 300) -> dict:
-    """The same calls made in-process, without HTTP: what the service alone costs."""
+    """The same calls made in-process, without HTTP (the pod's translation included): what the
+    service alone costs."""
     out = {}
     for kind, p in (("single", pod("solo", 8)), ("gang member", pod("g-3", 8, gang="g", size=16))):
         for verb in ("filter", "prioritize"):
@@ -65,20 +69,21 @@ def service_times(service: TopologyExtender, names: list[str], requests: int = 3
             times = []
             for _ in range(requests):
                 t = time.perf_counter()
-                call(p, names)
+                call(TRANSLATE.pod(p), names)
                 times.append(time.perf_counter() - t)
             out[(kind, verb)] = (pct(times, 0.5), pct(times, 0.99))
     return out
 
 
 def serve(nodes: int, n: int, ready, port_out, stop, direct) -> None:
-    service = TopologyExtender(Settings(), NoBinder(), Metrics(CollectorRegistry()))
-    service.relisted("nodes", cluster(nodes))
-    members = [pod(f"g-{i}", 8, gang="g", size=16) for i in range(16)]
+    service = TopologyExtender(Settings(), NoBinder(), SCHEME, Metrics(CollectorRegistry()))
+    service.relisted("nodes", [TRANSLATE.node(n) for n in cluster(nodes)])
+    members = [TRANSLATE.pod(pod(f"g-{i}", 8, gang="g", size=16)) for i in range(16)]
     service.relisted("pods", members)
     service.relisted("podgroups", [])
     direct.update(service_times(service, [node["metadata"]["name"] for node in cluster(nodes)][:n]))
-    server = ExtenderServer(service, Metrics(CollectorRegistry()), port=0)
+    server = ExtenderServer(service, Metrics(CollectorRegistry()), TRANSLATE,
+                            settings=ServerSettings(listen="127.0.0.1:0"))
     _, port = server.start()
     port_out.value = port
     ready.set()

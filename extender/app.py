@@ -25,13 +25,14 @@ from kubernetes.config.config_exception import ConfigException
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, start_http_server
 
 from extender.adapters.grpc.server import GrpcServer, TlsFiles
-from extender.adapters.http.server import ExtenderServer, ServerLimits
+from extender.adapters.http.server import ExtenderServer
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import WatchCache
+from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
 from extender.service import TopologyExtender
-from extender.settings import Settings, from_mapping
+from extender.settings import Settings, deprecations, from_mapping
 
 log = logging.getLogger("railyard")
 
@@ -132,6 +133,8 @@ def load_settings(path: str | None, overrides: dict[str, Any]) -> Settings:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    for note in deprecations(data):
+        log.warning("%s: %s", path, note)
     settings, problems = from_mapping(data)
     settings, more = from_mapping(overrides, settings)
     problems += more + settings.validate()
@@ -200,10 +203,10 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     metrics = Metrics(registry)
     api = Api(client or kube_client(settings))
     binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
-    service = TopologyExtender(settings, binder, metrics)
-    cache = WatchCache(api, service, metrics)
+    service = TopologyExtender(settings, binder, SCHEME, metrics)
+    translator = Translator(settings.placement.gpu_resource)
+    cache = WatchCache(api, service, metrics, translator)
     s = settings.server
-    host, _, port = s.listen.rpartition(":")
     context = None
     reloader = None
     if s.tls_cert_file:
@@ -213,14 +216,12 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load TLS certificate {s.tls_cert_file} / key {s.tls_key_file}: {exc}") from None
         reloader = CertificateReloader(context, s.tls_cert_file, s.tls_key_file)
-    server = ExtenderServer(
-        service, metrics, host=host.strip("[]"), port=int(port), prefix=s.prefix,
-        limits=ServerLimits(max_body_bytes=s.max_body_bytes, max_in_flight=s.max_in_flight,
-                            max_held_binds=s.max_held_binds),
-        ready_checks={"watch-cache": cache.synced}, ssl_context=context)
+    server = ExtenderServer(service, metrics, translator, settings=s,
+                            ready_checks={"watch-cache": cache.synced}, ssl_context=context)
     g = settings.grpc
     grpc_server = None
     if g.listen:
         tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
-        grpc_server = GrpcServer(service, listen=g.listen, tls=tls, max_workers=g.max_workers, ready=cache.synced)
+        grpc_server = GrpcServer(service, translator, listen=g.listen, tls=tls, max_workers=g.max_workers,
+                                 ready=cache.synced)
     return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader)

@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from extender.adapters.kubeobjects import CLIQUE, GPU_RESOURCE
+from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
+
+CLIQUE = "nvidia.com/gpu.clique"
 
 _T = "network.topology.nvidia.com/"
 _V1 = "fabric.topograph.run/"

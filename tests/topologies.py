@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from extender import topotext
-from extender.service import WhatIf
+from extender.adapters import kubeobjects as ko
+from extender.settings import DEFAULT_GPU_RESOURCE
+from extender.whatif import WhatIf
+
+TRANSLATE = ko.Translator(DEFAULT_GPU_RESOURCE)
 
 TWO_RACKS = """
 block b1
@@ -57,9 +61,24 @@ core c1
 """
 
 
-def cluster(drawing: str, levels: list[str] | None = None, pods: list[dict] = ()) -> WhatIf:
+def cluster(drawing: str, levels: list[str] | None = None, pods: list[dict] = (),
+            podgroups: list[dict] = ()) -> "Cluster":
+    """The drawing as a what-if cluster, translated as ``railyard plan`` translates files."""
     spec = topotext.load(drawing)
-    return WhatIf.load(spec.nodes, [*spec.filler_pods(), *pods], levels=levels)
+    nodes = [TRANSLATE.node(n) for n in spec.nodes]
+    choice = ko.explicit_levels(levels) if levels else ko.detect_levels(nodes)
+    return Cluster.load(nodes, choice, facts([*spec.filler_pods(), *pods]), [TRANSLATE.group(g) for g in podgroups])
+
+
+class Cluster(WhatIf):
+    """A what-if cluster that takes pending pods as Kubernetes objects (translated first)."""
+
+    def plan_pending(self, pending):
+        return super().plan_pending(facts(list(pending)))
+
+
+def facts(pods: list[dict]) -> list:
+    return [TRANSLATE.pod(p) for p in pods]
 
 
 def gang(name: str, count: int, gpus: int, ns: str = "ml", annotations: dict[str, str] | None = None,

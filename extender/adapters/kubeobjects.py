@@ -1,27 +1,31 @@
 """The one place that knows Kubernetes object shapes, label keys and annotations.
 
 Translates Nodes, Pods and PodGroups (raw JSON dicts, camelCase, as the API server sends them)
-into the core's facts. Never raises on odd input: a value it cannot read is reported as a
-problem of the gang or of the topology, with the offending value quoted.
+into the core's facts, once, where they enter: the watch cache, the HTTP verbs, the gRPC
+servicer and ``railyard plan`` each hold a ``Translator``. Never raises on odd input: a value
+it cannot read becomes a problem of the gang or of the topology, with the offending value quoted.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from extender.core.model import (
-    GangSpec,
+    MIN_MEMBER,
+    PREFERRED,
+    REQUIRED,
+    TIMEOUT,
+    Declaration,
+    GangRef,
+    GroupFacts,
     Level,
-    Member,
+    LevelChoice,
     NodeFacts,
-    PodUsage,
+    PodFacts,
     Taint,
     Toleration,
 )
-
-GPU_RESOURCE = "nvidia.com/gpu"
 
 # -- topology label presets (broadest level first) ------------------------------------------
 
@@ -57,7 +61,7 @@ PRESETS: dict[str, tuple[Level, ...]] = {
         Level("oci.oraclecloud.com/host.rack_id", "rack"),
     ),
     "clique": (
-        Level(CLIQUE_CLUSTER, "nvlink-rack"),
+        Level(CLIQUE_CLUSTER, "nvlink-rack", prefix_of=CLIQUE),
         Level(CLIQUE, "nvlink"),
     ),
 }
@@ -65,16 +69,9 @@ NVLINK_KEYS = frozenset({_TOPOGRAPH + "accelerator", "accelerator.topograph.run/
 """Presets whose own NVLink level makes the clique label redundant."""
 
 
-@dataclass(frozen=True)
-class LevelChoice:
-    levels: tuple[Level, ...]
-    preset: str | None
-    problems: tuple[str, ...] = ()
-
-
 def explicit_levels(keys: Sequence[str]) -> LevelChoice:
     """``--levels K1,K2``: keys as given, broadest first; known keys keep their short names."""
-    names = {lvl.key: lvl.name for preset in PRESETS.values() for lvl in preset}
+    known = {lvl.key: lvl for preset in PRESETS.values() for lvl in preset}
     problems = []
     seen = set()
     levels = []
@@ -90,19 +87,22 @@ def explicit_levels(keys: Sequence[str]) -> LevelChoice:
             continue
         seen.add(key)
         m = _TOPOGRAPH_V1_TIER.match(key)
-        levels.append(Level(key, names.get(key, f"tier-{m.group(1)}" if m else "")))
+        levels.append(known.get(key) or Level(key, f"tier-{m.group(1)}" if m else ""))
     return LevelChoice(tuple(levels), None, tuple(problems))
 
 
-def detect_levels(nodes: Iterable[Mapping[str, Any]]) -> LevelChoice:
+def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
     """Pick the levels from the labels nodes carry, with one preset for the switch tree.
 
     The preset carried by the most nodes wins; nodes that carry another switch-tree preset's
     labels are reported, not merged. ``nvidia.com/gpu.clique`` adds the NVLink levels under
     any switch tree that has none of its own.
     """
-    nodes = list(nodes)
-    labels = [_labels(n) for n in nodes]
+    labels = [n.labels for n in nodes]
+
+    def name(i: int) -> str:
+        return nodes[i].name or "?"
+
     carriers: dict[str, list[int]] = {}
     for i, lab in enumerate(labels):
         for preset in _presets_of(lab):
@@ -125,15 +125,13 @@ def detect_levels(nodes: Iterable[Mapping[str, Any]]) -> LevelChoice:
             if other != primary:
                 idx = carriers[other]
                 problems.append(
-                    f"{len(idx)} node(s) also carry {other} labels (e.g. {_name(list(nodes_at(nodes, idx[:1])))}); "
+                    f"{len(idx)} node(s) also carry {other} labels (e.g. {name(idx[0])}); "
                     f"using {primary}; set --levels to choose"
                 )
         without = len(labels) - len(carriers[primary])
         if without:
             missing = next(i for i in range(len(labels)) if i not in set(carriers[primary]))
-            problems.append(
-                f"{without} node(s) carry no {primary} labels (e.g. {_name(list(nodes_at(nodes, [missing])))})"
-            )
+            problems.append(f"{without} node(s) carry no {primary} labels (e.g. {name(missing)})")
     if "clique" in carriers:
         if any(lvl.key in NVLINK_KEYS for lvl in levels):
             problems.append(f"{CLIQUE} ignored: {primary} already names the NVLink domain")
@@ -142,14 +140,20 @@ def detect_levels(nodes: Iterable[Mapping[str, Any]]) -> LevelChoice:
     return LevelChoice(tuple(levels), primary or "clique", tuple(problems))
 
 
-def nodes_at(nodes: Iterable[Mapping[str, Any]], idx: Sequence[int]) -> Iterable[Mapping[str, Any]]:
-    wanted = set(idx)
-    return (n for i, n in enumerate(nodes) if i in wanted)
+class _Scheme:
+    """The label presets as the core's ``LabelScheme`` port."""
+
+    def detect(self, nodes: Sequence[NodeFacts]) -> LevelChoice:
+        return detect_levels(nodes)
+
+    def schemes_of(self, node: NodeFacts) -> frozenset[str]:
+        return frozenset(_presets_of(node.labels))
+
+    def explicit(self, keys: Sequence[str]) -> LevelChoice:
+        return explicit_levels(keys)
 
 
-def presets_of(node: Mapping[str, Any]) -> frozenset[str]:
-    """The label presets a node carries labels of."""
-    return frozenset(_presets_of(_labels(node)))
+SCHEME = _Scheme()
 
 
 def _presets_of(labels: Mapping[str, str]) -> set[str]:
@@ -174,10 +178,8 @@ def _presets_of(labels: Mapping[str, str]) -> set[str]:
 # -- nodes -----------------------------------------------------------------------------------
 
 
-def node_facts(node: Mapping[str, Any], levels: Sequence[Level], gpu_resource: str = GPU_RESOURCE) -> NodeFacts:
+def node_facts(node: Mapping[str, Any], gpu_resource: str) -> NodeFacts:
     meta, spec, status = _d(node, "metadata"), _d(node, "spec"), _d(node, "status")
-    labels = _labels(node)
-    path = tuple(_level_value(labels, lvl.key) for lvl in levels)
     ready = True
     for cond in _l(status, "conditions"):
         if isinstance(cond, dict) and cond.get("type") == "Ready":
@@ -190,7 +192,7 @@ def node_facts(node: Mapping[str, Any], levels: Sequence[Level], gpu_resource: s
     allocatable = _d(status, "allocatable") or _d(status, "capacity")
     return NodeFacts(
         name=_s(meta, "name"),
-        path=path,
+        labels=_labels(node),
         gpus=max(parse_count(allocatable.get(gpu_resource)), 0),
         unschedulable=spec.get("unschedulable") is True,
         ready=ready,
@@ -198,23 +200,15 @@ def node_facts(node: Mapping[str, Any], levels: Sequence[Level], gpu_resource: s
     )
 
 
-def _level_value(labels: Mapping[str, str], key: str) -> str | None:
-    if key == CLIQUE_CLUSTER:
-        value = labels.get(CLIQUE)
-        return value.split(".", 1)[0] if value else None
-    value = labels.get(key)
-    return value if value else None
-
-
 def parse_count(value: Any) -> int:
     """An integer resource quantity (``"8"``, ``8``, ``"1k"``); 0 when unreadable."""
-    if value is None:
-        return 0
-    if isinstance(value, bool):
+    if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
         return value
     text = str(value).strip()
+    if not text.isascii():
+        return 0
     units = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
     for suffix, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
         if text.endswith(suffix) and text[: -len(suffix)].isdigit():
@@ -226,11 +220,6 @@ def parse_count(value: Any) -> int:
 
 GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/pod-group-name")
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-MIN_MEMBER = "railyard.io/min-member"
-KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
-TIMEOUT = "railyard.io/timeout-seconds"
-REQUIRED = ("railyard.io/required-topology", "kueue.x-k8s.io/podset-required-topology")
-PREFERRED = ("railyard.io/preferred-topology", "kueue.x-k8s.io/podset-preferred-topology")
 RANKS = (
     ("jobset.sigs.k8s.io/job-index", "batch.kubernetes.io/job-completion-index"),
     ("batch.kubernetes.io/job-completion-index",),
@@ -239,30 +228,60 @@ RANKS = (
     ("kueue.x-k8s.io/pod-group-pod-index",),
 )
 """Rank sources, first match wins; a JobSet pod's rank is (job index, completion index)."""
-DEFAULT_TIMEOUT = 60.0
+DECLARING_ANNOTATIONS = (
+    # (annotation, role, precedence); a PodGroup's own fields come at precedence 1.
+    ("railyard.io/min-member", MIN_MEMBER, 0),
+    ("kueue.x-k8s.io/pod-group-total-count", MIN_MEMBER, 2),
+    ("railyard.io/timeout-seconds", TIMEOUT, 0),
+    ("railyard.io/required-topology", REQUIRED, 0),
+    ("kueue.x-k8s.io/podset-required-topology", REQUIRED, 1),
+    ("railyard.io/preferred-topology", PREFERRED, 0),
+    ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, 1),
+)
+"""Gang-level values a pod declares. Precedence, lowest first:
+  min-member: annotation railyard.io/min-member > PodGroup spec.minMember >
+              annotation kueue.x-k8s.io/pod-group-total-count > the members seen;
+  timeout:    annotation railyard.io/timeout-seconds > PodGroup spec.scheduleTimeoutSeconds >
+              setting gangs.default_timeout_seconds;
+  required:   railyard.io/required-topology > kueue.x-k8s.io/podset-required-topology;
+  preferred:  railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology."""
 
 
-def pod_key(pod: Mapping[str, Any]) -> str:
+def gang_ref(pod: Mapping[str, Any]) -> GangRef:
+    """``<ns>/<group>``, or ``<ns>/<pod>`` (not named) for a pod that names no group."""
     meta = _d(pod, "metadata")
-    return f"{_s(meta, 'namespace') or 'default'}/{_s(meta, 'name')}"
-
-
-def group_key(pod: Mapping[str, Any]) -> tuple[str, bool]:
-    """(gang key, named): ``<ns>/<group>``, or ``<ns>/<pod>`` for a pod that names no group."""
-    ns = _s(_d(pod, "metadata"), "namespace") or "default"
+    ns = _s(meta, "namespace") or "default"
     labels, annotations = _labels(pod), _annotations(pod)
     for key in GROUP_LABELS:
         if labels.get(key):
-            return f"{ns}/{labels[key]}", True
+            return GangRef(f"{ns}/{labels[key]}", True)
     if annotations.get(GROUP_ANNOTATION):
-        return f"{ns}/{annotations[GROUP_ANNOTATION]}", True
+        return GangRef(f"{ns}/{annotations[GROUP_ANNOTATION]}", True)
     group = _s(_d(_d(pod, "spec"), "schedulingGroup"), "podGroupName")
     if group:
-        return f"{ns}/{group}", True
-    return pod_key(pod), False
+        return GangRef(f"{ns}/{group}", True)
+    return GangRef(f"{ns}/{_s(meta, 'name')}", False)
 
 
-def pod_gpus(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> int:
+def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
+    meta, spec = _d(pod, "metadata"), _d(pod, "spec")
+    annotations = _annotations(pod)
+    return PodFacts(
+        namespace=_s(meta, "namespace") or "default",
+        name=_s(meta, "name"),
+        uid=_s(meta, "uid"),
+        gang=gang_ref(pod),
+        node=_s(spec, "nodeName"),
+        phase=_s(_d(pod, "status"), "phase"),
+        gpus=pod_gpus(pod, gpu_resource),
+        rank=rank(pod),
+        tolerations=tolerations(pod),
+        declarations=tuple(Declaration(role, key, annotations[key], precedence)
+                           for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
+    )
+
+
+def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
     """The pod's effective GPU request, as Kubernetes computes it.
 
     max(sum of app containers + restartable init containers (sidecars),
@@ -290,35 +309,7 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> int:
             init_peak = max(init_peak, sidecars + req(c))
     app = sum(req(c) for c in _l(spec, "containers") if isinstance(c, dict)) + sidecars
     overhead = parse_count(_d(spec, "overhead").get(gpu_resource))
-    return max(app, init_peak) + overhead
-
-
-def pod_phase(pod: Mapping[str, Any]) -> str:
-    return _s(_d(pod, "status"), "phase")
-
-
-def pod_node(pod: Mapping[str, Any]) -> str:
-    return _s(_d(pod, "spec"), "nodeName")
-
-
-def is_sized(pods: Sequence[Mapping[str, Any]], pg: "PodGroupFacts | None") -> bool:
-    """Whether the gang states its size (else it is the members seen, and may grow)."""
-    if pg is not None and pg.min_member is not None:
-        return True
-    return any(MIN_MEMBER in _annotations(p) or KUEUE_TOTAL in _annotations(p) for p in pods)
-
-
-def pod_usage(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodUsage | None:
-    """The GPUs a pod holds on its node, or None if it holds none."""
-    node = _s(_d(pod, "spec"), "nodeName")
-    phase = _s(_d(pod, "status"), "phase")
-    if not node or phase in ("Succeeded", "Failed"):
-        return None
-    gpus = pod_gpus(pod, gpu_resource)
-    if gpus <= 0:
-        return None
-    uid = _s(_d(pod, "metadata"), "uid") or pod_key(pod)
-    return PodUsage(uid=uid, node=node, gpus=gpus)
+    return max(max(app, init_peak) + overhead, 0)
 
 
 def tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
@@ -338,122 +329,41 @@ def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
     labels, annotations = _labels(pod), _annotations(pod)
     for keys in RANKS:
         values = [labels.get(k, annotations.get(k)) for k in keys]
-        if all(v is not None and str(v).isdigit() for v in values):
+        if all(v is not None and v.isascii() and v.isdigit() and len(v) <= 9 for v in values):
             return tuple(int(v) for v in values)
     return None
 
 
-@dataclass(frozen=True)
-class PodGroupFacts:
-    """A ``scheduling.x-k8s.io/v1alpha1`` PodGroup."""
-
-    key: str
-    min_member: Any = None
-    timeout_seconds: Any = None
+# -- pod groups ------------------------------------------------------------------------------
 
 
-def podgroup_facts(pg: Mapping[str, Any]) -> PodGroupFacts:
+def podgroup_facts(pg: Mapping[str, Any]) -> GroupFacts:
+    """A ``scheduling.x-k8s.io/v1alpha1`` PodGroup (scheduler-plugins coscheduling)."""
     meta, spec = _d(pg, "metadata"), _d(pg, "spec")
-    return PodGroupFacts(
-        key=f"{_s(meta, 'namespace') or 'default'}/{_s(meta, 'name')}",
-        min_member=spec.get("minMember"),
-        timeout_seconds=spec.get("scheduleTimeoutSeconds"),
-    )
+    key = f"{_s(meta, 'namespace') or 'default'}/{_s(meta, 'name')}"
+    declared = []
+    if spec.get("minMember") is not None:
+        declared.append(Declaration(MIN_MEMBER, f"PodGroup {key} spec.minMember", spec["minMember"], 1))
+    if spec.get("scheduleTimeoutSeconds") is not None:
+        declared.append(Declaration(TIMEOUT, f"PodGroup {key} spec.scheduleTimeoutSeconds",
+                                    spec["scheduleTimeoutSeconds"], 1))
+    return GroupFacts(key, tuple(declared))
 
 
-@dataclass
-class _Setting:
-    """A gang-level value read from members' annotations; disagreement is a problem."""
+class Translator:
+    """Kubernetes objects to facts, for one GPU resource name (setting placement.gpu_resource)."""
 
-    source: str
-    values: dict[str, str] = field(default_factory=dict)  # value -> first pod carrying it
+    def __init__(self, gpu_resource: str) -> None:
+        self.gpu_resource = gpu_resource
 
+    def node(self, obj: Mapping[str, Any]) -> NodeFacts:
+        return node_facts(obj, self.gpu_resource)
 
-def gang_spec(
-    key: str,
-    pods: Sequence[Mapping[str, Any]],
-    podgroups: Mapping[str, PodGroupFacts] | None = None,
-    gpu_resource: str = GPU_RESOURCE,
-    default_timeout: float = DEFAULT_TIMEOUT,
-) -> GangSpec:
-    """Build a gang from its member pods (in order of first appearance) and its PodGroup.
+    def pod(self, obj: Mapping[str, Any]) -> PodFacts:
+        return pod_facts(obj, self.gpu_resource)
 
-    Precedence, first found wins:
-      minMember: annotation railyard.io/min-member > PodGroup spec.minMember >
-                 annotation kueue.x-k8s.io/pod-group-total-count > the members seen.
-      timeout:   annotation railyard.io/timeout-seconds > PodGroup spec.scheduleTimeoutSeconds > 60 s.
-      required:  railyard.io/required-topology > kueue.x-k8s.io/podset-required-topology.
-      preferred: railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology.
-    """
-    problems: list[str] = []
-    annotations = [_annotations(p) for p in pods]
-
-    def setting(*names: str) -> tuple[str, str] | None:
-        for name in names:
-            seen: dict[str, str] = {}
-            for pod, ann in zip(pods, annotations):
-                if name in ann:
-                    seen.setdefault(str(ann[name]), pod_key(pod))
-            if len(seen) > 1:
-                (v1, p1), (v2, p2) = list(seen.items())[:2]
-                problems.append(f"members disagree on {name}: {v1!r} ({p1}) vs {v2!r} ({p2})")
-            if seen:
-                return name, next(iter(seen))
-        return None
-
-    pg = (podgroups or {}).get(key)
-    members = tuple(
-        Member(pod_key(p), pod_gpus(p, gpu_resource), rank(p), tolerations(p)) for p in pods
-    )
-
-    min_member = len(members)
-    found = setting(MIN_MEMBER)
-    if found:
-        min_member = _positive_int(found[1], found[0], problems, default=len(members))
-    elif pg is not None and pg.min_member is not None:
-        min_member = _positive_int(pg.min_member, f"PodGroup {key} spec.minMember", problems, len(members))
-    else:
-        found = setting(KUEUE_TOTAL)
-        if found:
-            min_member = _positive_int(found[1], found[0], problems, default=len(members))
-
-    timeout = default_timeout
-    found = setting(TIMEOUT)
-    if found:
-        timeout = float(_positive_int(found[1], found[0], problems, default=int(default_timeout)))
-    elif pg is not None and pg.timeout_seconds is not None:
-        timeout = float(_positive_int(pg.timeout_seconds, f"PodGroup {key} spec.scheduleTimeoutSeconds",
-                                      problems, int(default_timeout)))
-
-    required = setting(*REQUIRED)
-    preferred = setting(*PREFERRED)
-    if len(members) > min_member:
-        problems.append(f"{len(members)} members but min-member is {min_member}")
-    return GangSpec(
-        key=key,
-        members=members,
-        min_member=min_member,
-        timeout_seconds=timeout,
-        required=required[1].strip() if required else None,
-        preferred=preferred[1].strip() if preferred else None,
-        invalid=tuple(problems),
-    )
-
-
-def _positive_int(value: Any, source: str, problems: list[str], default: int) -> int:
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) <= 0:
-        problems.append(f"{source} must be a positive integer, got {value!r}")
-        return default
-    return int(text)
-
-
-def group_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Pods by gang key, gangs in order of first appearance."""
-    gangs: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        gangs.setdefault(group_key(pod)[0], []).append(pod)
-    return gangs
+    def group(self, obj: Mapping[str, Any]) -> GroupFacts:
+        return podgroup_facts(obj)
 
 
 # -- defensive accessors: objects from files or the wire may have any shape ------------------
@@ -481,6 +391,3 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return {k: v for k, v in _d(_d(obj, "metadata"), "annotations").items() if isinstance(v, str)}
 
-
-def _name(objs: list[Mapping[str, Any]]) -> str:
-    return _s(_d(objs[0], "metadata"), "name", "?") if objs else "?"

@@ -117,8 +117,9 @@ def _run_workload(kubeconfig: Path, timeout: float) -> int:
 def _report(nodes: dict[str, dict[str, str]], created: dict[str, float], bound_at: dict[str, float],
             node_of: dict[str, str], messages: dict[str, str]) -> bool:
     from extender.adapters import kubeobjects as ko
+    from extender.core.model import NodeFacts
 
-    levels = ko.detect_levels([{"metadata": {"labels": labels}} for labels in nodes.values()]).levels
+    levels = ko.detect_levels([NodeFacts(name, labels) for name, labels in nodes.items()]).levels
     ok = True
     print("\ngang      pods  result                     landed in                              time to bind  bind spread")
     for g in WORKLOAD:
@@ -154,7 +155,7 @@ def _landed(levels: Any, labels: list[dict[str, str]]) -> str:
         return f"1 node ({hosts.pop()})"
     shared, path = "no shared domain", []
     for lvl in levels:
-        values = {lab.get(lvl.key) for lab in labels}
+        values = {lvl.value(lab) for lab in labels}
         if len(values) != 1 or None in values:
             break
         path.append(values.pop())

@@ -79,7 +79,7 @@ def render(a: dict[str, Any]) -> str:
     """The answer as an operator reads it."""
     phase = a["phase"]
     if phase == "waiting":
-        phase += f" ({a['at_bind']}/{a['quorum']} GPU members at bind)"
+        phase += f" ({a['at_bind']}/{a['min_member']} GPU members at bind)"
     if float(a.get("deadline_in_seconds") or 0) > 0:
         phase += f", {float(a['deadline_in_seconds']):.0f}s before it times out"
     lines = [f"pod {a['pod']}: gang {a['gang']} is {phase}"]

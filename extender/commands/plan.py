@@ -10,8 +10,9 @@ from typing import Any
 
 import yaml
 
-from extender.adapters.kubeobjects import GPU_RESOURCE
-from extender.service import WhatIf
+from extender.adapters import kubeobjects as ko
+from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
+from extender.whatif import WhatIf
 
 
 class InputError(Exception):
@@ -45,11 +46,14 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"railyard plan: {exc}", file=sys.stderr)
         return 2
-    levels = [k for k in args.levels.split(",") if k.strip()] if args.levels else None
-    podgroups = [o for o in pods + pending if o.get("kind") == "PodGroup"]
-    whatif = WhatIf.load(nodes, [o for o in pods if o.get("kind") != "PodGroup"], podgroups,
-                         levels, args.gpu_resource)
-    answers = whatif.plan_pending(o for o in pending if o.get("kind") != "PodGroup")
+    # Translated here, once: the what-if planner takes facts, as the live extender does.
+    translate = ko.Translator(args.gpu_resource)
+    node_facts = [translate.node(n) for n in nodes]
+    keys = [k for k in args.levels.split(",") if k.strip()] if args.levels else None
+    levels = ko.explicit_levels(keys) if keys else ko.detect_levels(node_facts)
+    groups = [translate.group(o) for o in pods + pending if o.get("kind") == "PodGroup"]
+    whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o.get("kind") != "PodGroup"], groups)
+    answers = whatif.plan_pending(translate.pod(o) for o in pending if o.get("kind") != "PodGroup")
     out = {
         "gangs": [a.to_json() for a in answers],
         "topology": {

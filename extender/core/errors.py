@@ -4,9 +4,10 @@
      ├── BadRequest          the request cannot be read (400 / INVALID_ARGUMENT)
      ├── Overloaded          a cap on held binds or in-flight requests is reached (503 / RESOURCE_EXHAUSTED)
      ├── NotReady            the watch cache has not listed everything yet; the scheduler retries the pod
-     ├── BindRefused         bind answered with an error; the scheduler retries the pod
-     │    ├── GangTimedOut   the gang's deadline passed before minMember members reached bind
-     │    └── GangReleased   the gang's reservation was dropped (member or node gone, re-plan)
+     ├── UnknownPod          a query names a pod railyard has not seen (gRPC NOT_FOUND)
+     ├── PermitRejected      the gang gate at bind said Reject; the scheduler retries the pod
+     │    ├── GangTimedOut   the gang's deadline passed before every member waited at permit
+     │    └── GangUnreserved the gang's reservation was given back (member or node gone, plan again)
      └── BindingFailed       the API server refused a Binding after retries
 
 A placement "no" is not an exception: it is a FailedNodes entry with numbers.
@@ -30,15 +31,19 @@ class NotReady(RailyardError):
     pass
 
 
-class BindRefused(RailyardError):
+class UnknownPod(RailyardError):
     pass
 
 
-class GangTimedOut(BindRefused):
+class PermitRejected(RailyardError):
     pass
 
 
-class GangReleased(BindRefused):
+class GangTimedOut(PermitRejected):
+    pass
+
+
+class GangUnreserved(PermitRejected):
     pass
 
 

@@ -1,14 +1,18 @@
-"""The facts the core works on, already translated from Kubernetes objects.
+"""The facts the core works on, already translated from Kubernetes objects at the door.
 
-Everything here is a frozen value. Label keys appear only as opaque strings naming a level.
+Everything here is a frozen value. Label keys appear only as opaque strings naming a level;
+``extender.adapters.kubeobjects`` is the one module that knows which keys mean what.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 HOST_LEVEL = "kubernetes.io/hostname"
 """The narrowest level is always the node itself."""
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,25 @@ class Level:
     """What the level is called in requests and results: a node label key, or a derived name."""
     name: str = ""
     """A short alias accepted in requests (``leaf``, ``nvlink``...)."""
+    prefix_of: str = ""
+    """A derived level: its value is the part before the first ``.`` of this label's value
+    (the ClusterUUID of ``<ClusterUUID>.<CliqueID>``). Empty: the value of label ``key``."""
+
+    def value(self, labels: Mapping[str, str]) -> str | None:
+        """The node's domain at this level, None when the label is missing or empty."""
+        if self.prefix_of:
+            raw = labels.get(self.prefix_of)
+            return raw.split(".", 1)[0] if raw else None
+        return labels.get(self.key) or None
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """The levels found for a cluster, and what was noticed choosing them."""
+
+    levels: tuple[Level, ...]
+    preset: str | None
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,13 +87,17 @@ class NodeFacts:
     """A node as placement sees it."""
 
     name: str
-    path: tuple[str | None, ...]
-    """The node's value at each level of the topology, broadest first; None where the label is missing."""
-    gpus: int
+    labels: Mapping[str, str] = field(default_factory=dict, compare=True)
+    """The node's labels (read-only): its topology path is computed from them per level."""
+    gpus: int = 0
     """Allocatable GPUs."""
     unschedulable: bool = False
     ready: bool = True
     taints: tuple[Taint, ...] = ()
+
+    def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
+        """The node's value at each level, broadest first; None where the label is missing."""
+        return tuple(lvl.value(self.labels) for lvl in levels)
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,78 @@ class PodUsage:
     uid: str
     node: str
     gpus: int
+
+
+@dataclass(frozen=True)
+class GangRef:
+    """Which gang a pod belongs to."""
+
+    key: str
+    """``<namespace>/<group>``, or ``<namespace>/<pod>`` for a pod that names no group."""
+    named: bool
+    """The pod names a group; False: it is a gang of one."""
+
+
+MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A gang-level value that a pod or its group declares: its size, timeout or topology."""
+
+    role: str
+    """One of ``ROLES``."""
+    source: str
+    """Where it was read, as operators name it (``railyard.io/min-member``,
+    ``PodGroup ml/g spec.minMember``)."""
+    value: object
+    """The raw value (a string from an annotation; any JSON value from a PodGroup)."""
+    precedence: int
+    """Lower wins when several sources declare the same role."""
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """A pod, translated once where it enters (watch event, extender call, file)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gang: GangRef
+    node: str = ""
+    """``spec.nodeName``; empty while unbound."""
+    phase: str = ""
+    gpus: int = 0
+    """The effective GPU request, as Kubernetes computes it."""
+    rank: tuple[int, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    declarations: tuple[Declaration, ...] = ()
+    key: str = field(init=False, repr=False)
+    """``<namespace>/<name>``"""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+    @property
+    def usage(self) -> PodUsage | None:
+        """The GPUs the pod holds on its node, or None if it holds none."""
+        if not self.node or self.finished or self.gpus <= 0:
+            return None
+        return PodUsage(self.uid or self.key, self.node, self.gpus)
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """A pod group object (a PodGroup), whatever project's API it comes from."""
+
+    key: str
+    """``<namespace>/<name>``: the gang key of the pods that name it."""
+    declarations: tuple[Declaration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,22 +195,19 @@ class Member:
 
 @dataclass(frozen=True)
 class GangSpec:
-    """What a gang asks for. Built by the translator from pods and PodGroups."""
+    """What a gang asks for, built from its members and group (``core.gangspec``)."""
 
     key: str
-    """``<namespace>/<group>``, or ``<namespace>/<pod>`` for a pod that names no group."""
     members: tuple[Member, ...]
     min_member: int
-    timeout_seconds: float = 60.0
+    timeout_seconds: float
     required: str | None = None
     """Level key every member must share one domain of, or None."""
     preferred: str | None = None
     invalid: tuple[str, ...] = field(default=())
     """Problems with the request; a gang with any is not placed and these are its reason."""
-
-    @property
-    def gpu_members(self) -> tuple[Member, ...]:
-        return tuple(m for m in self.members if m.gpus > 0)
+    sized: bool = True
+    """The size is declared somewhere; False: the gang is the members seen, and may grow."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member.

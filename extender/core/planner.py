@@ -1,4 +1,4 @@
-"""Whole-gang placement against a snapshot of the counters.
+"""Whole-gang placement against a view of the counters.
 
 The algorithm, in one place:
 
@@ -27,7 +27,7 @@ from itertools import accumulate
 from typing import Sequence
 
 from extender.core.model import GangSpec, Member, Toleration, tolerates_all
-from extender.core.state import Slot, Snapshot
+from extender.core.state import Slot, View
 from extender.core.topology import Domain, Topology
 
 
@@ -40,12 +40,6 @@ class Placement:
     """Narrowest level whose single domain holds every slot (-1: none does)."""
     domain: Domain
     preferred_met: bool = True
-
-    def node_of(self, member: str) -> str | None:
-        for s in self.slots:
-            if s.member == member:
-                return s.node
-        return None
 
 
 @dataclass(frozen=True)
@@ -75,10 +69,6 @@ class NoPlacement:
 PlanResult = Placement | NoPlacement
 
 
-class LevelError(ValueError):
-    """A request names a level the topology does not have."""
-
-
 def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
     """(bound level, preferred level, problems) for the gang's topology request."""
     problems = []
@@ -101,8 +91,8 @@ def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, lis
     return bound, preferred, problems
 
 
-def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
-    topo = snap.topology
+def plan(gang: GangSpec, view: View) -> PlanResult:
+    topo = view.topology
     bound, preferred, problems = resolve_levels(gang, topo)
     problems = [*gang.invalid, *problems]
     demand = gang.demand()
@@ -111,14 +101,14 @@ def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
     tolerations = _tolerations(gang.members)
     gpu_sizes = [s for s in demand if s > 0]
     if len(demand) == 1 and gpu_sizes and bound <= topo.depth:
-        node = _best_fit_node(snap, gpu_sizes[0], tolerations)
+        node = _best_fit_node(view, gpu_sizes[0], tolerations)
         if node is not None:
             return _assign(gang, topo, {node: {gpu_sizes[0]: 1}}, preferred)
-    avail = _available(snap, tolerations)
+    avail = _available(view, tolerations)
     if not gpu_sizes:
-        eligible = [i for i in range(len(avail)) if _eligible(snap, i, tolerations)]
+        eligible = [i for i in range(len(avail)) if _eligible(view, i, tolerations)]
         if not eligible:
-            return _no_placement(gang, snap, avail, demand, bound, tolerations)
+            return _no_placement(gang, view, avail, demand, bound, tolerations)
         return _assign(gang, topo, {eligible[0]: {}}, preferred)
     classes = _classes(gpu_sizes)
     total = sum(gpu_sizes)
@@ -147,7 +137,7 @@ def plan(gang: GangSpec, snap: Snapshot) -> PlanResult:
             if len(classes) == 1 or _ffd(avail, dom.start, dom.end, classes) is not None:
                 taken = _allocate(topo, avail, dom, classes)
                 return _assign(gang, topo, taken, preferred)
-    return _no_placement(gang, snap, avail, demand, bound, tolerations)
+    return _no_placement(gang, view, avail, demand, bound, tolerations)
 
 
 @dataclass(frozen=True)
@@ -166,14 +156,14 @@ class DomainFit:
     """Nodes cordoned, not ready, or tainted against the gang."""
 
 
-def domain_fits(gang: GangSpec, snap: Snapshot) -> tuple[int, list[DomainFit]]:
+def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     """The level the gang is bound to and, for every domain at it, how much of the gang fits,
     best first: the numbers behind a NoPlacement's one-line reason, for every domain.
     """
-    topo = snap.topology
+    topo = view.topology
     bound, _, _ = resolve_levels(gang, topo)
     tolerations = _tolerations(gang.members)
-    avail = _available(snap, tolerations)
+    avail = _available(view, tolerations)
     classes = _classes([s for s in gang.demand() if s > 0]) or [(1, 0)]
     rows = []
     for d in range(topo.domain_count(bound)):
@@ -185,7 +175,7 @@ def domain_fits(gang: GangSpec, snap: Snapshot) -> tuple[int, list[DomainFit]]:
             gpus=sum(topo.nodes[i].gpus for i in span),
             available=sum(avail[i] for i in span),
             fits=_fits(avail, dom, classes),
-            blocked_nodes=sum(1 for i in span if not _eligible(snap, i, tolerations)),
+            blocked_nodes=sum(1 for i in span if not _eligible(view, i, tolerations)),
         ))
     rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
     return bound, rows
@@ -205,28 +195,28 @@ def _tolerations(members: Sequence[Member]) -> tuple[Toleration, ...]:
     return tuple(sorted(common, key=repr))
 
 
-def _eligible(snap: Snapshot, i: int, tolerations: tuple[Toleration, ...]) -> bool:
-    if snap.blocked[i] is not None:
+def _eligible(view: View, i: int, tolerations: tuple[Toleration, ...]) -> bool:
+    if view.blocked[i] is not None:
         return False
-    taints = snap.taints.get(i)
+    taints = view.taints.get(i)
     return not taints or tolerates_all(tolerations, taints)
 
 
-def _available(snap: Snapshot, tolerations: tuple[Toleration, ...]) -> list[int]:
-    avail = [f if f > 0 else 0 for f in snap.free]
-    for i, why in enumerate(snap.blocked):
+def _available(view: View, tolerations: tuple[Toleration, ...]) -> list[int]:
+    avail = [f if f > 0 else 0 for f in view.free]
+    for i, why in enumerate(view.blocked):
         if why is not None:
             avail[i] = 0
-    for i, taints in snap.taints.items():
+    for i, taints in view.taints.items():
         if not tolerates_all(tolerations, taints):
             avail[i] = 0
     return avail
 
 
-def _best_fit_node(snap: Snapshot, size: int, tolerations: tuple[Toleration, ...]) -> int | None:
-    for free in sorted(f for f in snap.by_free if f >= size):
-        for i in snap.by_free[free]:
-            taints = snap.taints.get(i)
+def _best_fit_node(view: View, size: int, tolerations: tuple[Toleration, ...]) -> int | None:
+    for free in sorted(f for f in view.by_free if f >= size):
+        for i in view.by_free[free]:
+            taints = view.taints.get(i)
             if not taints or tolerates_all(tolerations, taints):
                 return i
     return None
@@ -347,9 +337,9 @@ def _assign(gang: GangSpec, topo: Topology, taken: dict[int, dict[int, int]], pr
     return Placement(gang.key, tuple(s for _, s in slots), level, domain, met)
 
 
-def _no_placement(gang: GangSpec, snap: Snapshot, avail: list[int], demand: tuple[int, ...],
+def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...],
                   bound: int, tolerations: tuple[Toleration, ...]) -> NoPlacement:
-    topo = snap.topology
+    topo = view.topology
     classes = _classes([s for s in demand if s > 0]) or [(1, 0)]
     best, fits = None, -1
     for d in range(topo.domain_count(bound)):
@@ -360,15 +350,15 @@ def _no_placement(gang: GangSpec, snap: Snapshot, avail: list[int], demand: tupl
     if best is None:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers())
     blockers = Blockers(
-        cordoned=sum(1 for i in range(best.start, best.end) if snap.blocked[i] == "cordoned"),
-        not_ready=sum(1 for i in range(best.start, best.end) if snap.blocked[i] == "not ready"),
+        cordoned=sum(1 for i in range(best.start, best.end) if view.blocked[i] == "cordoned"),
+        not_ready=sum(1 for i in range(best.start, best.end) if view.blocked[i] == "not ready"),
         tainted=sum(1 for i in range(best.start, best.end)
-                    if snap.blocked[i] is None and i in snap.taints
-                    and not tolerates_all(tolerations, snap.taints[i])),
-        reserved_gpus=sum(snap.reserved[best.start:best.end]),
+                    if view.blocked[i] is None and i in view.taints
+                    and not tolerates_all(tolerations, view.taints[i])),
+        reserved_gpus=sum(view.reserved[best.start:best.end]),
         used_gpus=sum(topo.nodes[i].gpus for i in range(best.start, best.end))
-        - sum(max(f, 0) for f in snap.free[best.start:best.end])
-        - sum(snap.reserved[best.start:best.end]),
+        - sum(max(f, 0) for f in view.free[best.start:best.end])
+        - sum(view.reserved[best.start:best.end]),
     )
     return NoPlacement(gang.key, demand, bound, best, fits, blockers)
 

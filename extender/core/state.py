@@ -42,8 +42,9 @@ class Reservation:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """What the planner reads. ``free`` is shared with the state: treat as read-only."""
+class View:
+    """What the planner reads: a live view of the state's counters, not a copy. Valid until
+    the state next changes; treat every list as read-only."""
 
     topology: Topology
     free: list[int]
@@ -67,7 +68,6 @@ class ClusterState:
         self._reserved_by_member: dict[str, tuple[str, Slot]] = {}
         self._reserved: dict[str, int] = {}
         self._topology: Topology | None = None
-        self.generation = 0
         # Per-generation counter arrays, valid when self._topology is not None.
         self._free: list[int] = []
         self._blocked: list[str | None] = []
@@ -81,16 +81,23 @@ class ClusterState:
     def levels(self) -> tuple[Level, ...]:
         return self._levels
 
-    def set_levels(self, levels: Iterable[Level], nodes: Iterable[NodeFacts]) -> None:
-        """Replace the level list and every node (their paths depend on the levels)."""
+    def set_levels(self, levels: Iterable[Level]) -> None:
+        """Replace the level list (every node's path follows from its labels)."""
         self._levels = tuple(levels)
+        self._topology = None
+
+    def set_nodes(self, nodes: Iterable[NodeFacts]) -> None:
+        """Replace every node (a relist)."""
         self._nodes = {n.name: n for n in nodes}
         self._topology = None
+
+    def nodes(self) -> list[NodeFacts]:
+        return list(self._nodes.values())
 
     def upsert_node(self, node: NodeFacts) -> None:
         old = self._nodes.get(node.name)
         self._nodes[node.name] = node
-        if old is None or old.path != node.path or self._topology is None:
+        if old is None or self._topology is None or old.path(self._levels) != node.path(self._levels):
             self._topology = None  # new generation
             return
         i = self._topology.index[node.name]
@@ -128,18 +135,27 @@ class ClusterState:
         if old is not None:
             self._add_used(old.node, -old.gpus)
 
-    @property
-    def pod_count(self) -> int:
-        return len(self._pods)
+    def drop_slot(self, member_key: str) -> None:
+        """The member is gone: the slot it held (if any) is free again."""
+        if member_key in self._reserved_by_member:
+            self._drop_slot(member_key)
 
-    def used(self, node: str) -> int:
-        return self._used.get(node, 0)
+    def pod(self, uid: str) -> PodUsage | None:
+        return self._pods.get(uid)
+
+    def pod_uids(self) -> list[str]:
+        return list(self._pods)
 
     # -- reservations -----------------------------------------------------------------------
 
     def reserve(self, reservation: Reservation) -> None:
         if reservation.gang in self._reservations:
             raise ValueError(f"gang {reservation.gang} already holds a reservation")
+        for slot in reservation.slots:
+            if slot.member in self._reserved_by_member:
+                # A member holds one slot at a time: a new round's plan replaces the slot an
+                # earlier round kept for it (a pod recreated under the same name).
+                self._drop_slot(slot.member)
         self._reservations[reservation.gang] = reservation
         for slot in reservation.slots:
             self._reserved_by_member[slot.member] = (reservation.gang, slot)
@@ -195,9 +211,9 @@ class ClusterState:
         assert self._topology is not None
         return self._topology
 
-    def snapshot(self) -> Snapshot:
+    def view(self) -> View:
         topo = self.topology
-        return Snapshot(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free)
+        return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free)
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
@@ -208,7 +224,6 @@ class ClusterState:
     def _rebuild(self) -> None:
         topo = Topology(self._levels, list(self._nodes.values()))
         self._topology = topo
-        self.generation += 1
         size = len(topo.names)
         self._free = [0] * size
         self._blocked = [None] * size

@@ -52,15 +52,13 @@ class Topology:
     def __init__(self, levels: Sequence[Level], nodes: Sequence[NodeFacts]):
         self.levels: tuple[Level, ...] = tuple(levels)
         depth = len(self.levels)
-        for n in nodes:
-            if len(n.path) != depth:
-                raise ValueError(f"node {n.name} has {len(n.path)} path values for {depth} levels")
+        path_of = {n.name: n.path(self.levels) for n in nodes}
 
         def sort_key(n: NodeFacts) -> tuple[tuple, ...]:
             # A missing value becomes unique to the node, so it never merges with another.
             key = []
             missing = False
-            for v in n.path:
+            for v in path_of[n.name]:
                 missing = missing or v is None
                 # The raw value closes the key: "n01" and "n1" sort together but never merge.
                 key.append((1, n.name) if missing else (0, _natural(v), v))
@@ -69,6 +67,8 @@ class Topology:
         ordered = sorted(nodes, key=sort_key)
         self.nodes: tuple[NodeFacts, ...] = tuple(ordered)
         self.names: tuple[str, ...] = tuple(n.name for n in ordered)
+        self.node_paths: tuple[tuple[str | None, ...], ...] = tuple(path_of[n] for n in self.names)
+        """Each node's value at each level, in node index order."""
         self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         if len(self.index) != len(self.names):
             raise ValueError("duplicate node names")
@@ -90,7 +90,7 @@ class Topology:
                     if starts:
                         ends.append(i)
                     starts.append(i)
-                    paths.append(_display_path(ordered[i], lvl))
+                    paths.append(_display_path(self.node_paths[i], lvl))
                     parents.append(self.node_domain[lvl - 1][i] if lvl else -1)
                     prev = prefix
                 node_dom[i] = len(starts) - 1
@@ -105,7 +105,7 @@ class Topology:
         n_nodes = len(ordered)
         self.start.append(list(range(n_nodes)))
         self.end.append(list(range(1, n_nodes + 1)))
-        self.paths.append([_display_path(n, depth - 1) + (n.name,) for n in ordered])
+        self.paths.append([_display_path(p, depth - 1) + (n.name,) for p, n in zip(self.node_paths, ordered)])
         self.parent.append(list(self.node_domain[depth - 1]) if depth else [-1] * n_nodes)
         self.node_domain.append(list(range(n_nodes)))
 
@@ -174,7 +174,7 @@ class Topology:
     def _find_problems(self) -> list[str]:
         problems = []
         for lvl, level in enumerate(self.levels):
-            missing = [n.name for n in self.nodes if n.path[lvl] is None]
+            missing = [n.name for n, p in zip(self.nodes, self.node_paths) if p[lvl] is None]
             if missing:
                 problems.append(
                     f"{len(missing)} node(s) lack label {level.key} (e.g. {missing[0]}); "
@@ -198,10 +198,10 @@ class Topology:
         return problems
 
 
-def _display_path(node: NodeFacts, lvl: int) -> tuple[str | None, ...]:
+def _display_path(path: tuple[str | None, ...], lvl: int) -> tuple[str | None, ...]:
     out: list[str | None] = []
     missing = False
-    for v in node.path[: lvl + 1]:
+    for v in path[: lvl + 1]:
         missing = missing or v is None
         out.append(None if missing else v)
     return tuple(out)

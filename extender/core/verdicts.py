@@ -82,3 +82,110 @@ def explain_placement(topo: Topology, p: Placement) -> str:
     if not p.preferred_met:
         text += "; preferred level not available, placed wider"
     return text
+
+
+def where_planned(topo: Topology, p: Placement | None) -> str:
+    if p is None:
+        return "no plan"
+    if p.level < 0:
+        return "planned across the cluster"
+    return f"planned within {topo.level_key(p.level)} {format_path(p.domain.path)}"
+
+
+# -- filter, for a gang member ----------------------------------------------------------------
+
+
+def reserved_node(gang: str, node: str, member: str, where: str) -> str:
+    return f"gang {gang} reserved node {node} for {member} ({where})"
+
+
+def one_too_many(gang: str, min_member: int, member: str) -> str:
+    return (f"gang {gang} has {min_member} planned GPU members and every slot is taken; "
+            f"pod {member} is one too many (set railyard.io/min-member)")
+
+
+def node_failed_filter(node: str, member: str, gang: str, times: int, limit: int) -> str:
+    return (f"node {node} planned for {member} (gang {gang}) was rejected by kube-scheduler's "
+            f"own filters ({times}/{limit} before planning again)")
+
+
+def still_listing(missing: list[str], gang: str) -> str:
+    return (f"railyard is still listing {', '.join(sorted(missing))} after a start; gang {gang} is "
+            f"planned once it has (the scheduler retries the pod)")
+
+
+def gang_grew(gang: str, member: str) -> str:
+    return f"gang {gang} grew to include {member}; planning again"
+
+
+def member_deleted(member: str, gang: str) -> str:
+    return f"member {member} was deleted while gang {gang} waited; planning again"
+
+
+def node_deleted(node: str, gang: str) -> str:
+    return f"node {node} was deleted while gang {gang} waited; planning again"
+
+
+# -- filter, for a pod of no gang -------------------------------------------------------------
+
+
+def node_blocked(why: str, gpus: int) -> str:
+    return f"node(s) {why}; pod needs {gpus} GPUs"
+
+
+def too_few_gpus(free: int, reserved: int, gpus: int) -> str:
+    # No node name: kube-scheduler counts identical reasons ("39 node(s) have ..."), and one
+    # distinct reason per node made the pod's condition list every node.
+    return f"node(s) have {max(free, 0)} free GPUs ({reserved} reserved for gangs); pod needs {gpus}"
+
+
+# -- permit (bind) ------------------------------------------------------------------------------
+
+
+def unknown_pod(member: str) -> str:
+    return (f"pod {member} is unknown to railyard (not seen by filter, not in the cache); the scheduler "
+            f"will retry it")
+
+
+def not_planned(gang: str, phase: str, reason: str) -> str:
+    return f"gang {gang} is {phase}, not planned: {reason}"
+
+
+def wrong_node(member: str, node: str, gang: str, planned: str | None) -> str:
+    return f"pod {member} was sent to bind on {node} but gang {gang} planned {planned or 'no node'}"
+
+
+def timed_out(gang: str, waiting: int, need: int, seconds: float | None, missing: list[str]) -> str:
+    within = "its timeout" if seconds is None else f"{seconds:.0f}s"
+    names = ", ".join(missing[:5]) or "members not created yet"
+    return (f"gang {gang} timed out at bind: {waiting}/{need} GPU members arrived within {within}; "
+            f"not arrived: {names}{' ...' if len(missing) > 5 else ''}")
+
+
+def gang_bound(gang: str, pods: int) -> str:
+    return f"gang {gang} bound: {pods} pods"
+
+
+def binding_failed(member: str, node: str, error: str) -> str:
+    return f"binding {member} to {node} failed: {error}"
+
+
+def eviction_failed(member: str, error: str) -> str:
+    return f"evicting {member} after a failed gang bind failed too: {error}"
+
+
+def compensated(gang: str, failed: int, total: int, first: str) -> str:
+    return (f"gang {gang}: {failed}/{total} Bindings failed ({first}); "
+            f"{total - failed} bound members evicted so the gang restarts whole")
+
+
+# -- explain ------------------------------------------------------------------------------------
+
+
+def names_no_gang(member: str) -> str:
+    return f"pod {member} names no gang: filter checks free GPUs node by node, nothing is reserved"
+
+
+def never_filtered(member: str) -> str:
+    return (f"not planned yet: kube-scheduler has not sent {member} to railyard's filter (check "
+            f"spec.schedulerName and that the scheduler's extender config points at railyard)")

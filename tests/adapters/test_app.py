@@ -63,6 +63,17 @@ def test_flags_override_the_file_and_every_problem_is_reported(tmp_path):
                               "server.max_in_flight must be positive")
 
 
+def test_a_renamed_setting_keeps_its_old_spelling_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "railyard.yaml"
+    path.write_text("gangs: {steer_misses_before_replan: 5}\n")
+    with caplog.at_level("WARNING", logger="railyard"):
+        s = app.load_settings(str(path), {})
+    assert s.gangs.filter_failures_before_replan == 5
+    assert ("setting gangs.steer_misses_before_replan is deprecated; use gangs.filter_failures_before_replan"
+            in caplog.text)
+    assert from_mapping({"gangs": {"filter_failures_before_replan": 2}})[0].gangs.filter_failures_before_replan == 2
+
+
 def get(address, path, body=None):
     conn = http.client.HTTPConnection(*address, timeout=5)
     conn.request("POST" if body is not None else "GET", path, body)

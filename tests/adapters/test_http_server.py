@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.adapters.http.server import ExtenderServer, ServerLimits
-from extender.core.errors import RailyardError
+from extender.adapters.http.server import ExtenderServer
 from extender.adapters.metrics import Metrics
+from extender.core.errors import RailyardError
 from extender.core.verdicts import FilterVerdict
+from extender.settings import ServerSettings
+from tests.topologies import TRANSLATE
 
 GOLDEN = Path(__file__).parent / "golden"
 FILTER_ARGS = (GOLDEN / "filter_args.json").read_bytes()
@@ -32,7 +34,7 @@ class GateHandler:
         self.bind_error: Exception | None = None
 
     def filter(self, pod, node_names):
-        if pod["metadata"]["name"] == "explode":
+        if pod.name == "explode":
             raise KeyError("spec")
         return FilterVerdict(node_names=tuple(node_names))
 
@@ -65,7 +67,7 @@ def handler():
 
 def start(handler, **limits):
     metrics = Metrics(CollectorRegistry())
-    server = ExtenderServer(handler, metrics, host="127.0.0.1", port=0, limits=ServerLimits(**limits),
+    server = ExtenderServer(handler, metrics, TRANSLATE, settings=ServerSettings(listen="127.0.0.1:0", **limits),
                             ready_checks={"watch-cache": lambda: handler.is_ready})
     server.start()
     return server, metrics
@@ -234,7 +236,8 @@ def test_metrics_and_debug_gangs(served):
 
 
 def test_prefix_is_configurable(handler):
-    server = ExtenderServer(handler, Metrics(CollectorRegistry()), port=0, prefix="/railyard/v1/")
+    server = ExtenderServer(handler, Metrics(CollectorRegistry()), TRANSLATE,
+                            settings=ServerSettings(listen="127.0.0.1:0", prefix="/railyard/v1/"))
     server.start()
     try:
         assert request(server, "POST", "/railyard/v1/filter", FILTER_ARGS)[0] == 200
@@ -299,7 +302,8 @@ def test_https_when_given_a_certificate(handler, tmp_path):
                                                          serialization.NoEncryption()))
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = ExtenderServer(handler, Metrics(CollectorRegistry()), port=0, ssl_context=server_ctx)
+    server = ExtenderServer(handler, Metrics(CollectorRegistry()), TRANSLATE,
+                            settings=ServerSettings(listen="127.0.0.1:0"), ssl_context=server_ctx)
     server.start()
     try:
         client_ctx = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))

@@ -15,6 +15,7 @@ from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import NODES, PODGROUPS, PODS, WatchCache
 from extender.adapters.metrics import Metrics
+from tests.topologies import TRANSLATE
 from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
 
 
@@ -39,25 +40,25 @@ class Sink:
         self.calls = []
 
     def node_upserted(self, node):
-        self.calls.append(("node_upserted", node["metadata"]["name"]))
+        self.calls.append(("node_upserted", node.name))
 
     def node_deleted(self, name):
         self.calls.append(("node_deleted", name))
 
     def pod_upserted(self, pod):
-        self.calls.append(("pod_upserted", pod["metadata"]["name"]))
+        self.calls.append(("pod_upserted", pod.name))
 
     def pod_deleted(self, pod):
-        self.calls.append(("pod_deleted", pod["metadata"]["name"]))
+        self.calls.append(("pod_deleted", pod.name))
 
-    def podgroup_upserted(self, pg):
-        self.calls.append(("podgroup_upserted", pg["metadata"]["name"]))
+    def group_upserted(self, group):
+        self.calls.append(("group_upserted", group.key))
 
-    def podgroup_deleted(self, namespace, name):
-        self.calls.append(("podgroup_deleted", namespace, name))
+    def group_deleted(self, key):
+        self.calls.append(("group_deleted", key))
 
     def relisted(self, kind, objects):
-        self.calls.append(("relisted", kind, [o["metadata"]["name"] for o in objects]))
+        self.calls.append(("relisted", kind, [getattr(o, "name", None) or o.key.split("/")[-1] for o in objects]))
         self.last_list = objects
 
 
@@ -76,7 +77,7 @@ def apiserver():
 
 
 def cache(fake, sink, resources, metrics=None):
-    wc = WatchCache(Api(fake.client()), sink, metrics or Metrics(CollectorRegistry()),
+    wc = WatchCache(Api(fake.client()), sink, metrics or Metrics(CollectorRegistry()), TRANSLATE,
                     resources=resources, page_size=2, backoff=(0.01, 0.05), podgroup_recheck=0.05)
     wc.start()
     return wc
@@ -97,7 +98,8 @@ def test_paged_list_then_watch_events(apiserver):
         wait_until(lambda: len(apiserver.seen("GET", "/api/v1/nodes")) == 4)
         assert sink.calls == [("relisted", "nodes", ["a", "b", "c"]), ("node_upserted", "d"),
                               ("node_upserted", "a"), ("node_deleted", "b")]
-        assert all("managedFields" not in o["metadata"] for o in sink.last_list)
+        # Translated once, here: the sink gets facts, with each node's labels.
+        assert [(type(o).__name__, o.name) for o in sink.last_list] == [("NodeFacts", n) for n in "abc"]
         lists = [q for q, _ in apiserver.seen("GET", "/api/v1/nodes") if "watch" not in q]
         assert [q.get("continue") for q in lists] == [None, "1"] and lists[0]["limit"] == "2"
         watches = [q for q, _ in apiserver.seen("GET", "/api/v1/nodes") if "watch" in q]
@@ -154,7 +156,7 @@ def test_podgroups_absent_count_as_listed_and_are_picked_up_when_served(apiserve
         apiserver.reply("GET", "/apis/scheduling.x-k8s.io/v1alpha1", 200, {
             "kind": "APIResourceList", "groupVersion": "scheduling.x-k8s.io/v1alpha1",
             "resources": [{"name": "podgroups", "namespaced": True, "kind": "PodGroup"}]})
-        wait_until(lambda: ("podgroup_deleted", "ml", "llama") in sink.calls)
+        wait_until(lambda: ("group_deleted", "ml/llama") in sink.calls)
         assert ("relisted", "podgroups", ["llama"]) in sink.calls
     finally:
         wc.stop()
@@ -250,7 +252,7 @@ def test_events_are_rate_limited_per_pod_and_reason(apiserver):
     path = "/api/v1/namespaces/ml/events"
     clock = Clock()
     b = binder(apiserver, Metrics(CollectorRegistry()), clock=clock, event_interval=30)
-    p = pod("llama-0")
+    p = TRANSLATE.pod(pod("llama-0"))
     b.event(p, "GangWaiting", "gang ml/llama waits at bind: 3 of 4 members")
     b.event(p, "GangWaiting", "gang ml/llama waits at bind: 3 of 4 members")
     b.event(p, "GangPlanned", "gang ml/llama: 4 pods, 32 GPUs on 4 nodes within rack r1", "Normal")
@@ -273,10 +275,10 @@ def test_events_past_the_queue_are_dropped_and_counted(apiserver):
     apiserver.hold.clear()  # the first event's POST waits; the queue fills behind it
     metrics = Metrics(CollectorRegistry())
     b = binder(apiserver, metrics, event_queue=1)
-    b.event(pod("a"), "R", "first")
+    b.event(TRANSLATE.pod(pod("a")), "R", "first")
     wait_until(lambda: apiserver.seen("POST", path))
-    b.event(pod("b"), "R", "queued")
-    b.event(pod("c"), "R", "dropped")
+    b.event(TRANSLATE.pod(pod("b")), "R", "queued")
+    b.event(TRANSLATE.pod(pod("c")), "R", "dropped")
     assert "railyard_events_dropped_total 1.0" in metrics.exposition()[0].decode()
     apiserver.hold.set()
     b.close()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from extender.adapters.http import wire
 from extender.adapters.http.verbs import VERBS
 from extender.core.verdicts import FilterVerdict
+from tests.topologies import TRANSLATE
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -28,18 +29,18 @@ class Recorder:
         self.calls = []
 
     def filter(self, pod, node_names):
-        self.calls.append(("filter", pod["metadata"]["name"], node_names))
+        self.calls.append(("filter", pod.name, node_names))
         return self.verdict
 
     def prioritize(self, pod, node_names):
-        self.calls.append(("prioritize", pod["metadata"]["name"], node_names))
+        self.calls.append(("prioritize", pod.name, node_names))
         return self.scores
 
     def bind(self, namespace, name, uid, node):
         self.calls.append(("bind", namespace, name, uid, node))
 
     def preempt(self, pod, victims):
-        self.calls.append(("preempt", pod["metadata"]["name"], victims))
+        self.calls.append(("preempt", pod.name, victims))
         return self.kept
 
 
@@ -49,7 +50,7 @@ def test_filter_golden():
         failed={"gpu-001": "gang ml/llama: pod llama-0 is planned on gpu-002"},
         failed_unresolvable={"gpu-003": "gang ml/llama needs 4 pods x 8 GPUs within one rack; best rack r1 fits 3"})
     h = Recorder(verdict=verdict)
-    reply = VERBS["filter"](h, golden("filter_args.json"))
+    reply = VERBS["filter"](h, TRANSLATE, golden("filter_args.json"))
     assert h.calls == [("filter", "llama-0", ["gpu-001", "gpu-002", "gpu-003"])]
     assert reply == golden("filter_result.json")
     assert list(reply) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -57,36 +58,36 @@ def test_filter_golden():
 
 def test_filter_with_nothing_passing_still_returns_a_list():
     # Both Nodes and NodeNames null reads as "zero nodes fit" only by accident: always a list.
-    reply = VERBS["filter"](Recorder(verdict=FilterVerdict(node_names=())), golden("filter_args.json"))
+    reply = VERBS["filter"](Recorder(verdict=FilterVerdict(node_names=())), TRANSLATE, golden("filter_args.json"))
     assert reply["NodeNames"] == [] and reply["Error"] == ""
 
 
 def test_prioritize_golden():
     h = Recorder(scores=[("gpu-001", 0), ("gpu-002", 10), ("gpu-003", 3)])
-    assert VERBS["prioritize"](h, golden("filter_args.json")) == golden("prioritize_result.json")
+    assert VERBS["prioritize"](h, TRANSLATE, golden("filter_args.json")) == golden("prioritize_result.json")
 
 
 def test_prioritize_score_out_of_range_is_refused():
     with pytest.raises(ValueError, match="score 11 for gpu-001 is outside 0..10"):
-        VERBS["prioritize"](Recorder(scores=[("gpu-001", 11)]), golden("filter_args.json"))
+        VERBS["prioritize"](Recorder(scores=[("gpu-001", 11)]), TRANSLATE, golden("filter_args.json"))
 
 
 def test_bind_golden():
     h = Recorder()
-    assert VERBS["bind"](h, golden("bind_args.json")) == golden("bind_result.json")
+    assert VERBS["bind"](h, TRANSLATE, golden("bind_args.json")) == golden("bind_result.json")
     assert h.calls == [("bind", "ml", "llama-0", "0b6c5a3e-2f0c-4c52-9d0b-1f7c1e1a0001", "gpu-002")]
 
 
 def test_preempt_meta_victims_golden():
     h = Recorder(kept={"gpu-001": ["v-1", "v-2"]})
-    reply = VERBS["preempt"](h, golden("preempt_args_meta.json"))
+    reply = VERBS["preempt"](h, TRANSLATE, golden("preempt_args_meta.json"))
     assert h.calls == [("preempt", "llama-0", {"gpu-001": ["v-1", "v-2"], "gpu-002": ["v-3"]})]
     assert reply == golden("preempt_result.json")
 
 
 def test_preempt_full_victims_are_read_by_uid():
     h = Recorder(kept={"gpu-001": ["v-1"]})
-    reply = VERBS["preempt"](h, golden("preempt_args_full.json"))
+    reply = VERBS["preempt"](h, TRANSLATE, golden("preempt_args_full.json"))
     assert h.calls == [("preempt", "llama-0", {"gpu-001": ["v-1"]})]
     assert reply == {"NodeNameToMetaVictims": {"gpu-001": {"Pods": [{"UID": "v-1"}], "NumPDBViolations": 0}}}
 

@@ -59,6 +59,7 @@ def test_placement(drawing, pods, level, nodes):
     assert a.feasible, a.reason
     assert a.level == level
     assert set(a.placement.values()) == nodes
+    assert set(a.placement.values()) == nodes
     assert len(a.placement) == len(pods)
 
 
@@ -222,10 +223,7 @@ def test_membership_annotation_and_scheduling_group():
 def test_podgroup_min_member_and_kueue_total_count():
     pg = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
           "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 3}}
-    from extender import topotext
-    from extender.service import WhatIf
-    spec = topotext.load(TWO_RACKS)
-    w = WhatIf.load(spec.nodes, spec.filler_pods(), [pg])
+    w = cluster(TWO_RACKS, podgroups=[pg])
     (a,) = w.plan_pending(gang("g", 1, 8))
     assert w.state.reservation("ml/g").gpus == 24 and a.level == LEAF
     w = cluster(TWO_RACKS)

@@ -14,23 +14,25 @@ from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import WatchCache
 from extender.adapters.metrics import Metrics
+from extender.core.model import NodeFacts, PodFacts
+from tests.topologies import TRANSLATE
 
 from .helpers import CORDONED, SCHEDULABLE, TAINTED, delete_pods, gpu_pod, namespace, unique, wait_for
 
 
 class Sink:
-    """The CacheSink port, keeping what it was told (the way the service would)."""
+    """The CacheSink port, keeping the facts it was told (the way the service would)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.nodes: dict[str, dict] = {}
-        self.pods: dict[str, dict] = {}
-        self.deleted: list[dict] = []
+        self.nodes: dict[str, NodeFacts] = {}
+        self.pods: dict[str, PodFacts] = {}
+        self.deleted: list[PodFacts] = []
         self.relists: list[tuple[str, int]] = []
 
     def node_upserted(self, node):
         with self.lock:
-            self.nodes[node["metadata"]["name"]] = node
+            self.nodes[node.name] = node
 
     def node_deleted(self, name):
         with self.lock:
@@ -38,26 +40,26 @@ class Sink:
 
     def pod_upserted(self, pod):
         with self.lock:
-            self.pods[pod["metadata"]["uid"]] = pod
+            self.pods[pod.uid] = pod
 
     def pod_deleted(self, pod):
         with self.lock:
-            self.pods.pop(pod["metadata"]["uid"], None)
+            self.pods.pop(pod.uid, None)
             self.deleted.append(pod)
 
-    def podgroup_upserted(self, pg):
+    def group_upserted(self, group):
         pass
 
-    def podgroup_deleted(self, namespace, name):
+    def group_deleted(self, key):
         pass
 
     def relisted(self, kind, objects):
         with self.lock:
             self.relists.append((kind, len(objects)))
             if kind == "nodes":
-                self.nodes = {o["metadata"]["name"]: o for o in objects}
+                self.nodes = {o.name: o for o in objects}
             elif kind == "pods":
-                self.pods = {o["metadata"]["uid"]: o for o in objects}
+                self.pods = {o.uid: o for o in objects}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def api(gpu_cluster):
 @pytest.fixture
 def watched(api):
     sink = Sink()
-    cache = WatchCache(api, sink, Metrics(CollectorRegistry()))
+    cache = WatchCache(api, sink, Metrics(CollectorRegistry()), TRANSLATE)
     cache.start()
     try:
         wait_for(cache.synced, 30, "the watch cache's first lists")
@@ -83,7 +85,7 @@ def test_first_lists(watched):
     cache, sink = watched
     assert {*SCHEDULABLE, CORDONED, TAINTED} <= set(sink.nodes)
     assert ("podgroups", 0) in sink.relists  # no PodGroup CRD in this cluster: listed as empty
-    assert "managedFields" not in sink.nodes[SCHEDULABLE[0]]["metadata"]
+    assert sink.nodes[SCHEDULABLE[0]].gpus == 8 and sink.nodes[CORDONED].unschedulable
     assert cache.last_event_age() is not None
 
 
@@ -102,14 +104,13 @@ def test_bind_event_delete_seen_by_the_watch(gpu_cluster, api, watched):
         with pytest.raises(errors.Conflict, match=f"binding pod {ns}/{name} to {SCHEDULABLE[0]} failed"):
             binder.bind(ns, name, "not-" + uid, SCHEDULABLE[0])  # the UID precondition holds
         binder.bind(ns, name, uid, SCHEDULABLE[0])
-        wait_for(lambda: sink.pods.get(uid, {}).get("spec", {}).get("nodeName") == SCHEDULABLE[0], 10,
+        wait_for(lambda: getattr(sink.pods.get(uid), "node", None) == SCHEDULABLE[0], 10,
                  "the binding in the cache")
         with pytest.raises(errors.Conflict, match="already"):
             binder.bind(ns, name, uid, SCHEDULABLE[1])
         binder.bind(ns, name, uid, SCHEDULABLE[0])  # already there: a retry after a lost reply succeeds
 
-        binder.event({"metadata": {"name": name, "namespace": ns, "uid": uid}}, "GangWaiting",
-                     "gang ml/x waits at bind: 1 of 2 members")
+        binder.event(sink.pods[uid], "GangWaiting", "gang ml/x waits at bind: 1 of 2 members")
 
         def event_sent():
             return [e for e in core.list_namespaced_event(ns).items if e.reason == "GangWaiting"]
@@ -117,7 +118,7 @@ def test_bind_event_delete_seen_by_the_watch(gpu_cluster, api, watched):
         assert (event.involved_object.uid, event.type, event.source.component) == (uid, "Warning", "railyard")
 
         binder.delete_pod(ns, name, uid)
-        wait_for(lambda: any(p["metadata"]["uid"] == uid for p in sink.deleted), 30, "the delete in the cache")
+        wait_for(lambda: any(p.uid == uid for p in sink.deleted), 30, "the delete in the cache")
         binder.delete_pod(ns, name, uid)  # gone already: not an error
     finally:
         binder.close()
@@ -134,10 +135,10 @@ def test_finished_pods_leave_the_cache(gpu_cluster, api, watched):
         uid = core.create_namespaced_pod(ns, gpu_pod(name, 1, scheduler_name="nobody", sim_runtime="1s")).metadata.uid
         binder.bind(ns, name, uid, SCHEDULABLE[1])
         # kwok runs it, then it Succeeds: the field selector turns that into a delete.
-        wait_for(lambda: any(p["metadata"]["uid"] == uid for p in sink.deleted), 60, "the finished pod to leave")
-        (gone,) = [p for p in sink.deleted if p["metadata"]["uid"] == uid]
+        wait_for(lambda: any(p.uid == uid for p in sink.deleted), 60, "the finished pod to leave")
+        (gone,) = [p for p in sink.deleted if p.uid == uid]
         # The API server sends the last state that matched the selector, not the Succeeded one.
-        assert gone["status"]["phase"] == "Running"
+        assert gone.phase == "Running"
         assert uid not in sink.pods
     finally:
         binder.close()

@@ -19,13 +19,13 @@ from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.localcluster import pki as pki_mod
 from tests.service.test_live import NODES, create, extender, wait_until
-from tests.topologies import gang, pod
+from tests.topologies import TRANSLATE, gang, pod
 
 
 class Served:
     def __init__(self, fail: frozenset[str] = frozenset(), **server_args) -> None:
         self.ext, self.binder, self.clock = extender(fail=fail)
-        self.server = GrpcServer(self.ext, listen="127.0.0.1:0", **server_args)
+        self.server = GrpcServer(self.ext, TRANSLATE, listen="127.0.0.1:0", **server_args)
         host, port = self.server.start()
         self.target = f"{host}:{port}"
         self.channel = grpc.insecure_channel(self.target)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from extender.adapters import kubeobjects as ko
+from extender.core import gangspec
 from extender.core.planner import domain_fits
 from tests.service.test_live import NODES, bind_async, create, extender, steer, wait_until
-from tests.topologies import TWO_RACKS, cluster, gang
+from tests.topologies import TWO_RACKS, cluster, facts, gang
 
 
 def test_domain_fits_lists_every_domain_at_the_required_level_best_first():
-    spec = ko.gang_spec("ml/g", gang("g", 4, 8, annotations={"railyard.io/required-topology": "nvlink"}))
-    level, rows = domain_fits(spec, cluster(TWO_RACKS).state.snapshot())
+    spec = gangspec.build("ml/g", facts(gang("g", 4, 8, annotations={"railyard.io/required-topology": "nvlink"})),
+                          None, 60.0)
+    level, rows = domain_fits(spec, cluster(TWO_RACKS).state.view())
     assert level == 2
     assert [(r.domain.path, r.gpus, r.available, r.fits) for r in rows] == [
         (("b1", "r1", "n1"), 16, 16, 2),
@@ -31,7 +32,7 @@ def test_explain_a_waiting_gang_gives_its_numbers_and_leaves_the_reservation_alo
     clock.now += 10
     got = ext.explain("ml/g-1")
     assert got["gang"] == "ml/g" and got["phase"] == "waiting"
-    assert (got["at_bind"], got["quorum"], got["pods"]) == (1, 2, 2)
+    assert (got["at_bind"], got["min_member"], got["pods"]) == (1, 2, 2)
     assert got["deadline_in_seconds"] == 20.0
     assert got["plan"] == plan
     assert got["level"] == "network.topology.nvidia.com/accelerator"

@@ -8,10 +8,46 @@ import time
 import pytest
 
 from extender import topotext
-from extender.core.errors import BindingFailed, BindRefused, GangReleased, GangTimedOut, NotReady
+from extender.adapters.kubeobjects import SCHEME
+from extender.core import book
+from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
 from extender.service import TopologyExtender
 from extender.settings import GangSettings, Settings
-from tests.topologies import TWO_RACKS, gang, pod
+from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
+
+
+def _pod(obj):
+    return TRANSLATE.pod(obj) if isinstance(obj, dict) else obj
+
+
+class Extender(TopologyExtender):
+    """The service, fed Kubernetes objects the way its adapters feed it: translated first
+    (facts, as the gRPC servicer passes them, go through unchanged)."""
+
+    def __init__(self, settings=Settings(), binder=None, clock=None):
+        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None)
+
+    def relisted(self, kind, objects):
+        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod, "podgroups": TRANSLATE.group}[kind]
+        super().relisted(kind, [translate(o) for o in objects])
+
+    def pod_upserted(self, pod):
+        super().pod_upserted(_pod(pod))
+
+    def pod_deleted(self, pod):
+        super().pod_deleted(_pod(pod))
+
+    def filter(self, pod, node_names):
+        return super().filter(_pod(pod), node_names)
+
+    def prioritize(self, pod, node_names):
+        return super().prioritize(_pod(pod), node_names)
+
+    def preempt(self, pod, victims):
+        return super().preempt(_pod(pod), victims)
+
+    def plan_gang(self, pods):
+        return super().plan_gang([_pod(p) for p in pods])
 
 
 class MemoryBinder:
@@ -47,7 +83,7 @@ class Clock:
 
 def extender(drawing=TWO_RACKS, fail=frozenset()):
     binder, clock = MemoryBinder(fail), Clock()
-    ext = TopologyExtender(Settings(), binder, clock=clock)
+    ext = Extender(Settings(), binder, clock=clock)
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
@@ -149,7 +185,7 @@ def test_member_deleted_while_waiting_releases_and_replans():
     wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
     ext.pod_deleted(pods[1])
     t.join(5)
-    assert isinstance(errors["g-0"], GangReleased)
+    assert isinstance(errors["g-0"], GangUnreserved)
     assert "member ml/g-1 was deleted" in str(errors["g-0"])
     assert binder.bound == [] and ext.state.reservations() == {}
 
@@ -224,7 +260,7 @@ def test_invalid_gang_is_unresolvable_with_its_reason():
 
 def test_bind_of_an_unknown_pod_is_refused():
     ext, _, _ = extender()
-    with pytest.raises(BindRefused, match="unknown to railyard"):
+    with pytest.raises(PermitRejected, match="unknown to railyard"):
         ext.bind("ml", "ghost", "uid", "h1")
 
 
@@ -232,7 +268,7 @@ def test_bind_on_another_node_than_planned_is_refused():
     ext, binder, _ = extender()
     pods = gang("g", 2, 8)
     steer(ext, pods)
-    with pytest.raises(BindRefused, match="planned h1"):
+    with pytest.raises(PermitRejected, match="planned h1"):
         ext.bind("ml", "g-0", "uid-ml-g-0", "h5")
     assert binder.bound == []
 
@@ -253,12 +289,12 @@ def test_preempt_never_breaks_a_running_gang():
 
 
 def test_not_ready_until_every_kind_is_listed():
-    ext = TopologyExtender(Settings(), MemoryBinder())
+    ext = Extender(Settings(), MemoryBinder())
     assert not ext.ready()
     ext.relisted("nodes", [])
     ext.relisted("pods", [])
     assert not ext.ready()
-    ext.mark_synced("podgroups")
+    ext.relisted("podgroups", [])  # the watch cache's answer when the CRD is not served
     assert ext.ready()
 
 
@@ -286,7 +322,7 @@ def test_next_round_after_a_bound_gang_is_planned_before_the_watch_shows_it_boun
 def test_no_gang_is_planned_before_the_pods_are_listed():
     # After a start (a kill -9 and restart included) railyard serves while its lists run, one
     # thread per kind: with nodes listed and pods not yet, a plan would promise GPUs in use.
-    ext = TopologyExtender(Settings(), MemoryBinder(), clock=Clock())
+    ext = Extender(Settings(), MemoryBinder(), clock=Clock())
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     pods = gang("g", 2, 8)
@@ -309,7 +345,7 @@ def test_finished_gangs_are_forgotten():
     assert [g["phase"] for g in ext.debug_gangs()] == ["bound"]
     v = ext.filter(gang("other", 1, 1)[0], NODES)  # a later call, within a minute: still listed
     assert any(g["gang"] == "ml/g" for g in ext.debug_gangs()) and v.node_names
-    clock.now += 2 * ext.GC_INTERVAL
+    clock.now += 2 * book.GC_SECONDS
     ext.filter(pod("solo", 1), NODES)
     assert not any(g["gang"] == "ml/g" for g in ext.debug_gangs())
 
@@ -355,14 +391,14 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
     ext.pod_deleted(pods[1])
     for t in threads:
         t.join(5)
-    assert isinstance(errors["g-0"], GangReleased) and "member ml/g-1 was deleted" in str(errors["g-0"])
+    assert isinstance(errors["g-0"], GangUnreserved) and "member ml/g-1 was deleted" in str(errors["g-0"])
     assert binder.bound == [] and ext.state.reservations() == {}
 
 
 def test_configured_default_timeout_applies_to_gangs_that_name_none():
     binder, clock = MemoryBinder(), Clock()
     settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0))
-    ext = TopologyExtender(settings, binder, clock=clock)
+    ext = Extender(settings, binder, clock=clock)
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())

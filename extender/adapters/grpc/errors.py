@@ -3,14 +3,15 @@
     BadRequest                 INVALID_ARGUMENT     the request cannot be read
     Overloaded                 RESOURCE_EXHAUSTED   a cap is reached; try later
     NotReady                   UNAVAILABLE          the watch cache is still listing; try later
-    GangTimedOut, GangReleased ABORTED              the gang's round ended; the caller retries the pod
-    BindRefused                FAILED_PRECONDITION  the pod is unknown or not where its gang planned it
+    GangTimedOut,              ABORTED              the gang's round ended; the caller retries the pod
+      GangUnreserved
+    PermitRejected             FAILED_PRECONDITION  the pod is unknown or not where its gang planned it
     BindingFailed              UNAVAILABLE          the API server refused the Binding after retries
-    NotFound                   NOT_FOUND            ExplainPod: railyard has not seen the pod
+    UnknownPod                 NOT_FOUND            ExplainPod: railyard has not seen the pod
     any other RailyardError    FAILED_PRECONDITION
     anything else              INTERNAL             logged with its traceback; the server keeps serving
 
-Order matters: the subclasses of BindRefused come before it.
+Order matters: the subclasses of PermitRejected come before it.
 """
 
 from __future__ import annotations
@@ -23,19 +24,16 @@ import grpc
 from extender.core.errors import (
     BadRequest,
     BindingFailed,
-    BindRefused,
-    GangReleased,
     GangTimedOut,
+    GangUnreserved,
     NotReady,
     Overloaded,
+    PermitRejected,
     RailyardError,
+    UnknownPod,
 )
 
 log = logging.getLogger("railyard.grpc")
-
-
-class NotFound(RailyardError):
-    """The object a call names is unknown to railyard (a transport-level answer, not a core one)."""
 
 
 CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -43,10 +41,10 @@ CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotReady, grpc.StatusCode.UNAVAILABLE),
     (GangTimedOut, grpc.StatusCode.ABORTED),
-    (GangReleased, grpc.StatusCode.ABORTED),
-    (BindRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (GangUnreserved, grpc.StatusCode.ABORTED),
+    (PermitRejected, grpc.StatusCode.FAILED_PRECONDITION),
     (BindingFailed, grpc.StatusCode.UNAVAILABLE),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (UnknownPod, grpc.StatusCode.NOT_FOUND),
     (RailyardError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 

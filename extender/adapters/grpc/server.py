@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from extender.adapters.grpc.errors import ErrorInterceptor
 from extender.adapters.grpc.servicer import ExtenderServicer, Handler
+from extender.adapters.kubeobjects import Translator
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 
@@ -73,7 +74,8 @@ class CertificateReloader:
 
 
 class GrpcServer:
-    def __init__(self, handler: Handler, *, listen: str = "127.0.0.1:8889", tls: TlsFiles | None = None,
+    def __init__(self, handler: Handler, translator: Translator, *, listen: str = "127.0.0.1:8889",
+                 tls: TlsFiles | None = None,
                  max_workers: int = 64, ready: Callable[[], bool] = lambda: True) -> None:
         self.handler = handler
         self.listen = listen
@@ -86,7 +88,7 @@ class GrpcServer:
             # Past max_workers calls at once, gRPC answers RESOURCE_EXHAUSTED instead of queueing.
             maximum_concurrent_rpcs=max_workers,
         )
-        pb_grpc.add_ExtenderServicer_to_server(ExtenderServicer(handler), self._server)
+        pb_grpc.add_ExtenderServicer_to_server(ExtenderServicer(handler, translator), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -1,24 +1,25 @@
 """``extender.api.v1.Extender``: decode protobuf -> service -> encode, nothing else.
 
-Pods arrive as Kubernetes JSON bytes, the same objects the HTTP verbs carry, so the service's
-translator reads both transports alike. Errors are raised, and turned into status codes by
-``errors.ErrorInterceptor``.
+Pods arrive as Kubernetes JSON bytes, the same objects the HTTP verbs carry, and are translated
+to facts here with the same ``kubeobjects.Translator``. Errors are raised, and turned into
+status codes by ``errors.ErrorInterceptor``.
 """
 
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import grpc
 import orjson
 
-from extender.adapters.grpc.errors import NotFound
+from extender.adapters.kubeobjects import Translator
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
-from extender.core.errors import BadRequest
+from extender.core.errors import BadRequest, UnknownPod
+from extender.core.model import PodFacts
 from extender.core.verdicts import FilterVerdict
-from extender.service import GangAnswer
+from extender.whatif import GangAnswer
 
 WATCH_POLL_SECONDS = 0.5
 """How often a WatchGangs stream with nothing to send checks that its client is still there."""
@@ -27,11 +28,11 @@ WATCH_POLL_SECONDS = 0.5
 class Handler(Protocol):
     """What the servicer calls; implemented by ``extender.service.TopologyExtender``."""
 
-    def filter(self, pod: dict, node_names: list[str]) -> FilterVerdict: ...
-    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]: ...
+    def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict: ...
+    def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]: ...
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
-    def preempt(self, pod: dict, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
-    def plan_gang(self, pods: Sequence[Mapping[str, Any]]) -> Sequence[GangAnswer]: ...
+    def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
+    def plan_gang(self, pods: Sequence[PodFacts]) -> Sequence[GangAnswer]: ...
     def explain(self, pod_key: str) -> dict | None: ...
     def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]: ...
 
@@ -61,16 +62,20 @@ def _path(values: Sequence[str | None] | None) -> list[str]:
 
 
 class ExtenderServicer(pb_grpc.ExtenderServicer):
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, translator: Translator) -> None:
         self.handler = handler
+        self.translator = translator
+
+    def _pod(self, data: bytes, where: str) -> PodFacts:
+        return self.translator.pod(decode_pod(data, where))
 
     def Filter(self, request: pb.FilterRequest, context: grpc.ServicerContext) -> pb.FilterResponse:
-        verdict = self.handler.filter(decode_pod(request.pod, "pod"), list(request.node_names))
+        verdict = self.handler.filter(self._pod(request.pod, "pod"), list(request.node_names))
         return pb.FilterResponse(node_names=verdict.node_names, failed_nodes=dict(verdict.failed),
                                  failed_and_unresolvable_nodes=dict(verdict.failed_unresolvable))
 
     def Prioritize(self, request: pb.PrioritizeRequest, context: grpc.ServicerContext) -> pb.PrioritizeResponse:
-        scores = self.handler.prioritize(decode_pod(request.pod, "pod"), list(request.node_names))
+        scores = self.handler.prioritize(self._pod(request.pod, "pod"), list(request.node_names))
         return pb.PrioritizeResponse(priorities=[pb.HostPriority(host=h, score=s) for h, s in scores])
 
     def Bind(self, request: pb.BindRequest, context: grpc.ServicerContext) -> pb.BindResponse:
@@ -80,7 +85,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
 
     def Preempt(self, request: pb.PreemptRequest, context: grpc.ServicerContext) -> pb.PreemptResponse:
         given = request.node_name_to_victims
-        kept = self.handler.preempt(decode_pod(request.pod, "pod"), {n: list(v.pod_uids) for n, v in given.items()})
+        kept = self.handler.preempt(self._pod(request.pod, "pod"), {n: list(v.pod_uids) for n, v in given.items()})
         return pb.PreemptResponse(node_name_to_victims={
             node: pb.Victims(pod_uids=uids, num_pdb_violations=given[node].num_pdb_violations if node in given else 0)
             for node, uids in kept.items()})
@@ -88,7 +93,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
     def PlanGang(self, request: pb.PlanGangRequest, context: grpc.ServicerContext) -> pb.PlanGangResponse:
         if not request.pods:
             raise BadRequest("pods must list at least one Pod")
-        pods = [decode_pod(p, f"pods[{i}]") for i, p in enumerate(request.pods)]
+        pods = [self._pod(p, f"pods[{i}]") for i, p in enumerate(request.pods)]
         return pb.PlanGangResponse(gangs=[
             pb.GangPlan(gang=a.gang, feasible=a.feasible, level=a.level or "", domain=_path(a.domain),
                         placement=a.placement, reason=a.reason)
@@ -98,14 +103,14 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         key = f"{_required(request.namespace, 'namespace')}/{_required(request.name, 'name')}"
         got = self.handler.explain(key)
         if got is None:
-            raise NotFound(f"pod {key} is unknown to railyard: it asks for no GPUs and names no gang, "
+            raise UnknownPod(f"pod {key} is unknown to railyard: it asks for no GPUs and names no gang, "
                            f"does not exist, or the watch cache has not seen it yet")
         fit = [pb.DomainFit(domain=_path(r["domain"]), nodes=r["nodes"], gpus=r["gpus"],
                             available_gpus=r["available_gpus"], fits=r["fits"], blocked_nodes=r["blocked_nodes"])
                for r in got["fit"]]
         return pb.ExplainPodResponse(
             pod=got["pod"], gang=got["gang"], phase=got["phase"], reason=got["reason"], plan=got["plan"],
-            quorum=got["quorum"], at_bind=got["at_bind"], deadline_in_seconds=got["deadline_in_seconds"],
+            min_member=got["min_member"], quorum=got["min_member"], at_bind=got["at_bind"], deadline_in_seconds=got["deadline_in_seconds"],
             pods=got["pods"], level=got["level"], fit=fit)
 
     def WatchGangs(self, request: pb.WatchGangsRequest, context: grpc.ServicerContext) -> Iterator[pb.GangEvent]:

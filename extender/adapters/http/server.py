@@ -35,22 +35,12 @@ import orjson
 from aiohttp import web
 
 from extender.adapters.http import wire
+from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 from extender.adapters.http.verbs import VERBS
 from extender.core.errors import BadRequest, Overloaded, RailyardError
-from extender.core.verdicts import FilterVerdict
+from extender.settings import ServerSettings
 
 log = logging.getLogger("railyard.http")
-
-
-class ExtenderHandler(Protocol):
-    """What the verbs call; implemented by ``extender.service``."""
-
-    def filter(self, pod: dict, node_names: list[str]) -> FilterVerdict: ...
-    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]: ...  # scores 0..10
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
-    def preempt(self, pod: dict, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
-    def ready(self) -> bool: ...
-    def debug_gangs(self) -> list[dict]: ...
 
 
 class ServerObserver(Protocol):
@@ -59,16 +49,6 @@ class ServerObserver(Protocol):
     def verb_finished(self, verb: str, outcome: str, seconds: float) -> None: ...
     def held_binds(self, n: int) -> None: ...
     def exposition(self) -> tuple[bytes, str]: ...
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    max_body_bytes: int = 8 << 20
-    """Largest request body accepted; a filter with 5,000 names is about 120 KiB."""
-    max_in_flight: int = 256
-    """filter, prioritize and preempt calls being read or answered at once."""
-    max_held_binds: int = 1024
-    """bind calls in progress at once (each may be held until its gang's deadline)."""
 
 
 @dataclass
@@ -94,21 +74,25 @@ def _json(status: int, obj: Any) -> web.Response:
 class ExtenderServer:
     """Runs the aiohttp application on its own thread and event loop."""
 
-    def __init__(self, handler: ExtenderHandler, observer: ServerObserver, *,
-                 host: str = "127.0.0.1", port: int = 8888, prefix: str = "/scheduler",
-                 limits: ServerLimits = ServerLimits(),
+    def __init__(self, handler: ExtenderHandler, observer: ServerObserver, translate: PodTranslator, *,
+                 settings: ServerSettings = ServerSettings(),
                  ready_checks: Mapping[str, Callable[[], bool]] | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
+        """Listens on ``settings.listen`` (port 0: any free port) under ``settings.prefix``,
+        within the caps ``max_body_bytes``, ``max_in_flight`` and ``max_held_binds``."""
         self.handler = handler
         self.observer = observer
-        self.limits = limits
+        self.translate = translate
+        self.limits = settings
+        prefix = settings.prefix
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-        self._host, self._port = host, port
+        host, _, port = settings.listen.rpartition(":")
+        self._host, self._port = host.strip("[]"), int(port)
         self._ready_checks = dict(ready_checks or {})
         self._ssl = ssl_context
         self._counters = _Counters()
         self._warned: dict[tuple[str, str], tuple[float, int]] = {}
-        self._binds = ThreadPoolExecutor(max_workers=limits.max_held_binds, thread_name_prefix="bind")
+        self._binds = ThreadPoolExecutor(max_workers=settings.max_held_binds, thread_name_prefix="bind")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -194,9 +178,10 @@ class ExtenderServer:
             counted = True
             body = await self._read_json(request)
             if held:
-                reply = await asyncio.get_running_loop().run_in_executor(self._binds, call, self.handler, body)
+                reply = await asyncio.get_running_loop().run_in_executor(
+                    self._binds, call, self.handler, self.translate, body)
             else:
-                reply = call(self.handler, body)
+                reply = call(self.handler, self.translate, body)
             status, outcome = 200, "ok"
         except BadRequest as exc:
             status, outcome, reply = 400, "bad_request", _error_reply(verb, f"bad {verb} request: {exc}")

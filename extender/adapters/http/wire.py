@@ -175,31 +175,33 @@ def decode_preemption_args(body: Any) -> ExtenderPreemptionArgs:
         raise BadRequest("ExtenderPreemptionArgs: NodeNameToMetaVictims and NodeNameToVictims are both null")
     out = ExtenderPreemptionArgs(Pod=pod, NodeNameToVictims=None, NodeNameToMetaVictims=None)
     if meta is not None:
-        where = "ExtenderPreemptionArgs.NodeNameToMetaVictims"
-        for node, v in _object(meta, where).items():
-            w = f"{where}[{node!r}]"
-            _object(v, w)
-            _int(v.get("NumPDBViolations", 0), f"{w}.NumPDBViolations")
-            pods = v.get("Pods") or []
-            if not isinstance(pods, list):
-                raise BadRequest(f"{w}.Pods: expected an array, got {_kind(pods)}")
-            for i, p in enumerate(pods):
-                _string(_object(p, f"{w}.Pods[{i}]").get("UID"), f"{w}.Pods[{i}].UID")
-        out["NodeNameToMetaVictims"] = meta
+        out["NodeNameToMetaVictims"] = _victims(meta, "ExtenderPreemptionArgs.NodeNameToMetaVictims", _meta_uid)
     else:
-        where = "ExtenderPreemptionArgs.NodeNameToVictims"
-        for node, v in _object(full, where).items():
-            w = f"{where}[{node!r}]"
-            _object(v, w)
-            _int(v.get("NumPDBViolations", 0), f"{w}.NumPDBViolations")
-            pods = v.get("Pods") or []
-            if not isinstance(pods, list):
-                raise BadRequest(f"{w}.Pods: expected an array, got {_kind(pods)}")
-            for i, p in enumerate(pods):
-                meta_i = _object(_object(p, f"{w}.Pods[{i}]").get("metadata"), f"{w}.Pods[{i}].metadata")
-                _string(meta_i.get("uid"), f"{w}.Pods[{i}].metadata.uid")
-        out["NodeNameToVictims"] = full
+        out["NodeNameToVictims"] = _victims(full, "ExtenderPreemptionArgs.NodeNameToVictims", _pod_uid)
     return out
+
+
+def _meta_uid(p: Any, where: str) -> None:
+    _string(_object(p, where).get("UID"), f"{where}.UID")
+
+
+def _pod_uid(p: Any, where: str) -> None:
+    meta = _object(_object(p, where).get("metadata"), f"{where}.metadata")
+    _string(meta.get("uid"), f"{where}.metadata.uid")
+
+
+def _victims(value: Any, where: str, check_pod: Any) -> dict[str, Any]:
+    """Either victims map: node -> {Pods: [...], NumPDBViolations: int}, every pod with a UID."""
+    for node, v in _object(value, where).items():
+        w = f"{where}[{node!r}]"
+        _object(v, w)
+        _int(v.get("NumPDBViolations", 0), f"{w}.NumPDBViolations")
+        pods = v.get("Pods") or []
+        if not isinstance(pods, list):
+            raise BadRequest(f"{w}.Pods: expected an array, got {_kind(pods)}")
+        for i, p in enumerate(pods):
+            check_pod(p, f"{w}.Pods[{i}]")
+    return value
 
 
 def victim_uids(args: ExtenderPreemptionArgs) -> dict[str, list[str]]:

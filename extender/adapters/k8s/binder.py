@@ -1,4 +1,5 @@
-"""The Binder port over the API server: Bindings, the compensating pod delete, and Events.
+"""The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
+delete, and Events.
 
 ``bind`` and ``delete_pod`` are synchronous and raise ``errors.KubernetesError`` subclasses;
 the service decides what to retry. ``event`` never blocks: it drops repeats of the same
@@ -20,17 +21,12 @@ from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
+from extender.core.model import PodFacts
 
 log = logging.getLogger("railyard.k8s.binder")
 
 COMPONENT = "railyard"
 MAX_EVENT_MESSAGE = 1024  # events.k8s.io caps note at 1 kB; core/v1 readers truncate anyway
-
-
-class Binder(Protocol):
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
-    def event(self, pod: dict, reason: str, message: str, type_: str = "Warning") -> None: ...
 
 
 class BinderObserver(Protocol):
@@ -44,15 +40,14 @@ def binding(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 
-def pod_event(pod: dict, reason: str, message: str, type_: str, now: datetime, instance: str) -> dict[str, Any]:
+def pod_event(pod: PodFacts, reason: str, message: str, type_: str, now: datetime, instance: str) -> dict[str, Any]:
     """A core/v1 Event about ``pod``, as ``kubectl describe pod`` lists it."""
-    meta = pod.get("metadata") or {}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": meta.get("namespace", "default")},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
-                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "metadata": {"generateName": f"{pod.name or 'pod'}.", "namespace": pod.namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name,
+                           "namespace": pod.namespace, "uid": pod.uid},
         "reason": reason,
         "message": message if len(message) <= MAX_EVENT_MESSAGE else message[:MAX_EVENT_MESSAGE - 3] + "...",
         "type": type_,
@@ -112,9 +107,8 @@ class KubeBinder:
         except KubernetesError as exc:
             raise type(exc)(f"deleting pod {namespace}/{name} (uid {uid}) failed: {exc}", exc.status) from None
 
-    def event(self, pod: dict, reason: str, message: str, type_: str = "Warning") -> None:
-        meta = pod.get("metadata") or {}
-        key = (meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}", reason)
+    def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
+        key = (pod.uid or pod.key, reason)
         with self._recent_lock:
             if key in self._recent:
                 return  # said within the interval: a rate limit, not a drop

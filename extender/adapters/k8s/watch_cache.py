@@ -9,7 +9,8 @@ One thread per kind, each the same loop (the client-go reflector, in small):
     other failure -> back off (0.5 s doubling to 30 s, with jitter) and resume
 
 Nothing here is on a verb's path: verbs read what the sink keeps. Objects arrive as raw
-Kubernetes JSON dicts (no client model classes), with ``metadata.managedFields`` removed.
+Kubernetes JSON dicts (no client model classes) and are translated to facts here, once
+(``adapters.kubeobjects.Translator``), before the sink sees them.
 
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed``, as kube-scheduler
 does: a pod that finishes arrives as ``pod_deleted`` (its GPUs are free) carrying its last
@@ -32,6 +33,8 @@ import urllib3
 
 from extender.adapters.k8s.api import Api, json_lines
 from extender.adapters.k8s.errors import Gone, KubernetesError, NotFound
+from extender.adapters.kubeobjects import Translator
+from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 log = logging.getLogger("railyard.k8s.watch")
 
@@ -40,13 +43,13 @@ class CacheSink(Protocol):
     """Receives the cluster's state; implemented by ``extender.service``. Called from the
     watch threads (one per kind), so calls for different kinds may run concurrently."""
 
-    def node_upserted(self, node: dict) -> None: ...
+    def node_upserted(self, node: NodeFacts) -> None: ...
     def node_deleted(self, name: str) -> None: ...
-    def pod_upserted(self, pod: dict) -> None: ...
-    def pod_deleted(self, pod: dict) -> None: ...
-    def podgroup_upserted(self, pg: dict) -> None: ...
-    def podgroup_deleted(self, namespace: str, name: str) -> None: ...
-    def relisted(self, kind: str, objects: list[dict]) -> None: ...  # kind in {"nodes","pods","podgroups"}
+    def pod_upserted(self, pod: PodFacts) -> None: ...
+    def pod_deleted(self, pod: PodFacts) -> None: ...
+    def group_upserted(self, group: GroupFacts) -> None: ...
+    def group_deleted(self, key: str) -> None: ...
+    def relisted(self, kind: str, objects: list) -> None: ...  # kind in {"nodes","pods","podgroups"}
 
 
 class WatchObserver(Protocol):
@@ -70,28 +73,35 @@ PODGROUPS = Resource("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
 RESOURCES = (NODES, PODS, PODGROUPS)
 
 
-def deliver(sink: CacheSink, kind: str, event_type: str, obj: dict) -> int:
-    """Hand one watch event to the sink; returns the change in object count."""
-    meta = obj.get("metadata") or {}
-    meta.pop("managedFields", None)
-    deleted = event_type == "DELETED"
+def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts:
     if kind == "nodes":
-        sink.node_deleted(meta["name"]) if deleted else sink.node_upserted(obj)
-    elif kind == "pods":
-        sink.pod_deleted(obj) if deleted else sink.pod_upserted(obj)
-    elif kind == "podgroups":
-        sink.podgroup_deleted(meta.get("namespace", ""), meta["name"]) if deleted else sink.podgroup_upserted(obj)
+        return translator.node(obj)
+    if kind == "pods":
+        return translator.pod(obj)
+    if kind == "podgroups":
+        return translator.group(obj)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def deliver(sink: CacheSink, translator: Translator, kind: str, event_type: str, obj: dict) -> int:
+    """Hand one watch event to the sink, as facts; returns the change in object count."""
+    facts = translate(translator, kind, obj)
+    deleted = event_type == "DELETED"
+    if isinstance(facts, NodeFacts):
+        sink.node_deleted(facts.name) if deleted else sink.node_upserted(facts)
+    elif isinstance(facts, PodFacts):
+        sink.pod_deleted(facts) if deleted else sink.pod_upserted(facts)
     else:
-        raise ValueError(f"unknown kind {kind!r}")
+        sink.group_deleted(facts.key) if deleted else sink.group_upserted(facts)
     return {"ADDED": 1, "DELETED": -1}.get(event_type, 0)
 
 
 class WatchCache:
-    def __init__(self, api: Api, sink: CacheSink, observer: WatchObserver, *,
+    def __init__(self, api: Api, sink: CacheSink, observer: WatchObserver, translator: Translator, *,
                  resources: tuple[Resource, ...] = RESOURCES, page_size: int = 500,
                  watch_timeout: int = 300, backoff: tuple[float, float] = (0.5, 30.0),
                  podgroup_recheck: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.api, self.sink, self.observer = api, sink, observer
+        self.api, self.sink, self.observer, self.translator = api, sink, observer, translator
         self.resources = resources
         self.page_size = page_size
         self.watch_timeout = watch_timeout
@@ -179,7 +189,7 @@ class WatchCache:
         return any(res.get("name") == plural for res in found.get("resources") or [])
 
     def _list(self, r: Resource) -> str:
-        items: list[dict] = []
+        items: list = []
         cont = ""
         while True:
             query = [("limit", self.page_size)]
@@ -189,15 +199,14 @@ class WatchCache:
                 query.append(("continue", cont))
             page = self.api.json("GET", r.path, query=query, timeout=(10, 120))
             for obj in page.get("items") or []:
-                (obj.get("metadata") or {}).pop("managedFields", None)
-                items.append(obj)
+                items.append(translate(self.translator, r.kind, obj))
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
             if not cont:
                 self._relisted(r, items)
                 return meta.get("resourceVersion") or ""
 
-    def _relisted(self, r: Resource, items: list[dict]) -> None:
+    def _relisted(self, r: Resource, items: list) -> None:
         self.sink.relisted(r.kind, items)
         self._counts[r.kind] = len(items)
         self._listed.add(r.kind)
@@ -230,7 +239,7 @@ class WatchCache:
                     raise KubernetesError(f"watch {r.path}: {code} {message}", code)
                 if kind != "BOOKMARK":
                     try:
-                        self._counts[r.kind] += deliver(self.sink, r.kind, kind, obj)
+                        self._counts[r.kind] += deliver(self.sink, self.translator, r.kind, kind, obj)
                     except Exception:
                         log.exception("%s: the cache sink failed on %s %s", r.kind, kind,
                                       (obj.get("metadata") or {}).get("name"))

@@ -172,7 +172,7 @@ class DomainFit(_message.Message):
     def __init__(self, domain: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., available_gpus: _Optional[int] = ..., fits: _Optional[int] = ..., blocked_nodes: _Optional[int] = ...) -> None: ...
 
 class ExplainPodResponse(_message.Message):
-    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "at_bind", "deadline_in_seconds", "pods", "level", "fit")
+    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "min_member", "at_bind", "deadline_in_seconds", "pods", "level", "fit")
     class PlanEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,7 @@ class ExplainPodResponse(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     QUORUM_FIELD_NUMBER: _ClassVar[int]
+    MIN_MEMBER_FIELD_NUMBER: _ClassVar[int]
     AT_BIND_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PODS_FIELD_NUMBER: _ClassVar[int]
@@ -197,12 +198,13 @@ class ExplainPodResponse(_message.Message):
     reason: str
     plan: _containers.ScalarMap[str, str]
     quorum: int
+    min_member: int
     at_bind: int
     deadline_in_seconds: float
     pods: int
     level: str
     fit: _containers.RepeatedCompositeFieldContainer[DomainFit]
-    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ...) -> None: ...
+    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., min_member: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ...) -> None: ...
 
 class WatchGangsRequest(_message.Message):
     __slots__ = ("namespace",)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from extender.adapters.http import wire
-
-if TYPE_CHECKING:
-    from extender.adapters.http.server import ExtenderHandler
+from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 
 
-def call(handler: ExtenderHandler, body: Any) -> wire.ExtenderPreemptionResult:
+def call(handler: ExtenderHandler, translate: PodTranslator, body: Any) -> wire.ExtenderPreemptionResult:
     args = wire.decode_preemption_args(body)
-    kept = handler.preempt(args["Pod"], wire.victim_uids(args))
+    kept = handler.preempt(translate.pod(args["Pod"]), wire.victim_uids(args))
     return wire.encode_preemption_result(kept, wire.pdb_violations(args))

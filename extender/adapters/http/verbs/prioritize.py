@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from extender.adapters.http import wire
-
-if TYPE_CHECKING:
-    from extender.adapters.http.server import ExtenderHandler
+from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 
 
-def call(handler: ExtenderHandler, body: Any) -> wire.HostPriorityList:
+def call(handler: ExtenderHandler, translate: PodTranslator, body: Any) -> wire.HostPriorityList:
     args = wire.decode_extender_args(body)
-    return wire.encode_host_priorities(handler.prioritize(args["Pod"], args["NodeNames"]))
+    return wire.encode_host_priorities(handler.prioritize(translate.pod(args["Pod"]), args["NodeNames"]))

@@ -1,4 +1,5 @@
-"""The gang lifecycle table: every (phase, event) pair is either a listed transition or refused."""
+"""The gang lifecycle table: every (phase, event) pair is either a listed transition or refused.
+The table is parsed from the drawing in ``core/lifecycle.py``, so the two cannot differ."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import itertools
 
 import pytest
 
-from extender.core.gang import HOLDING, TRANSITIONS, Event, IllegalTransition, Phase, next_phase
+from extender.core.lifecycle import HOLDING, LIFECYCLE, TRANSITIONS, Event, IllegalTransition, Phase, next_phase, parse
 
 
 @pytest.mark.parametrize("phase, event", list(itertools.product(Phase, Event)))
@@ -38,3 +39,17 @@ def test_losing_a_member_or_node_never_leaves_a_holding_gang_holding():
 def test_binding_ends_bound_or_back_to_pending():
     outs = {dst for (src, _), dst in TRANSITIONS.items() if src == Phase.BINDING}
     assert outs == {Phase.BOUND, Phase.PENDING}
+
+
+def test_the_drawing_is_the_table():
+    edges = [line.split("#")[0].split() for line in LIFECYCLE.splitlines() if line.split("#")[0].strip()]
+    assert len(edges) == len(TRANSITIONS)
+    assert TRANSITIONS[(Phase.WAITING, Event.ALLOWED)] == Phase.BINDING
+    assert TRANSITIONS[(Phase.BOUND, Event.RETRY)] == Phase.PENDING
+    assert TRANSITIONS[(Phase.PENDING, Event.INVALID)] == Phase.REJECTED
+    assert TRANSITIONS[(Phase.WAITING, Event.DEADLINE)] == Phase.TIMED_OUT
+
+
+def test_a_drawing_that_lists_an_edge_twice_is_refused():
+    with pytest.raises(ValueError, match="lists pending --planned--> twice"):
+        parse("pending --planned--> planned\npending --planned--> pending\n")

@@ -1,0 +1,333 @@
+"""The gang book: every gang's plan, reservation and permit decision, in kube-scheduler's
+words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over ClusterState.
+
+    filter   prepare(rec, member)          a finished round retries; an unsized gang that
+                                           grew is unreserved
+             reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
+             steer(rec, member, names)     the member's one planned node, or the reason
+    bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
+             outcome(gang, member, round)  what became of a member that waits (None: still waiting)
+             bindings_done(...)            every Binding created: bound; else the members to evict
+             compensated(...)              the evictions are done: the gang starts again whole
+    events   member_deleted, node_deleted, expire(now), collect(now)
+
+Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
+every call and does the waiting and the Bindings (``extender/service.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from extender.core import verdicts
+from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
+from extender.core.model import GangSpec, PodFacts
+from extender.core.planner import NoPlacement, Placement, plan
+from extender.core.ports import NullObserver, Observer
+from extender.core.state import ClusterState, Reservation, claim_slot
+from extender.core.verdicts import FilterVerdict
+
+LEFTOVER_SECONDS = 30.0
+"""A bound gang's slots stay reserved (under a key of their own) until the watch shows its pods
+bound, at most this long."""
+GC_SECONDS = 60.0
+"""Gangs that hold nothing and have no pending pod are forgotten after this long."""
+
+BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a member that waited at permit."""
+
+    kind: str
+    """``bound``, ``failed`` (a Binding failed: compensated), ``unreserved`` or ``timed_out``."""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Allow:
+    """Every planned member waits at permit: create these Bindings (member -> (uid, node))."""
+
+    round: int
+    members: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Wait:
+    round: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    reason: str
+    unreserved: bool = False
+    """The gang holds no reservation (its round ended); else the member is not where planned."""
+
+
+PermitDecision = Allow | Wait | Reject
+
+
+@dataclass(frozen=True)
+class Compensate:
+    """Some Bindings failed: evict these members (member, uid), already bound, then report
+    ``compensated`` so the gang restarts whole."""
+
+    evict: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class GangRecord:
+    """A gang as the book tracks it."""
+
+    key: str
+    first_seen: float
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    placement: Placement | None = None
+    deadline: float | None = None
+    timeout_seconds: float | None = None
+    min_member: int = 0
+    """GPU members that must wait at permit before any is allowed."""
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """member key -> (uid, node) of members waiting at permit."""
+    results: dict[str, str] = field(default_factory=dict)
+    """member key -> "" (bound) or the error, once the round's Bindings were tried."""
+    round: int = 0
+    """Bumped whenever a reservation ends, so waiting members of that round stop waiting."""
+    ended: tuple[int, Outcome] | None = None
+    """The last round that ended without binding, and how."""
+    filter_failures: int = 0
+    """Filter calls in which kube-scheduler's own filters refused a member's planned node."""
+    members: tuple[str, ...] = ()
+    sized: bool = True
+    bound_at: float | None = None
+    bound_uids: set[str] = field(default_factory=set)
+    """UIDs railyard bound for this gang: never members of a later round, even while the
+    watch still shows them unbound."""
+
+
+class GangBook:
+    def __init__(self, state: ClusterState, observer: Observer | None = None,
+                 on_step: Callable[[GangRecord, Phase | None, Event | None], None] | None = None) -> None:
+        self.state = state
+        self.observer: Observer = observer or NullObserver()
+        self.on_step = on_step
+        """Called after every transition (and once for a new gang), to publish it."""
+        self._gangs: dict[str, GangRecord] = {}
+        self._leftovers = itertools.count(1)
+        self._next_gc = 0.0
+
+    def get(self, key: str) -> GangRecord | None:
+        return self._gangs.get(key)
+
+    def records(self) -> list[GangRecord]:
+        return list(self._gangs.values())
+
+    def record(self, key: str, now: float) -> GangRecord:
+        rec = self._gangs.get(key)
+        if rec is None:
+            rec = self._gangs[key] = GangRecord(key, now)
+            self._publish(rec, None, None)
+        return rec
+
+    # -- filter ------------------------------------------------------------------------------
+
+    def prepare(self, rec: GangRecord, member: str) -> None:
+        if rec.phase in (Phase.TIMED_OUT, Phase.REJECTED, Phase.BOUND):
+            self._step(rec, Event.RETRY)
+        if rec.phase in (Phase.PLANNED, Phase.WAITING) and not rec.sized and member not in rec.members:
+            self.unreserve(rec, Event.RETRY, verdicts.gang_grew(rec.key, member))
+
+    def reserve(self, rec: GangRecord, spec: GangSpec, now: float) -> None:
+        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none."""
+        result = plan(spec, self.state.view())
+        topo = self.state.topology
+        rec.waiting.clear()
+        rec.results.clear()
+        rec.filter_failures = 0
+        rec.sized = spec.sized
+        if isinstance(result, NoPlacement):
+            rec.reason = verdicts.explain_no_placement(topo, result)
+            rec.placement = None
+            self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
+            if rec.phase == Phase.REJECTED:
+                self.observer.gang_finished("rejected")
+            return
+        rec.deadline = now + spec.timeout_seconds
+        rec.timeout_seconds = spec.timeout_seconds
+        rec.placement = result
+        rec.members = tuple(m.key for m in spec.members)
+        gpu_slots = tuple(s for s in result.slots if s.gpus > 0)
+        rec.min_member = len(gpu_slots)
+        rec.reason = verdicts.explain_placement(topo, result)
+        self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
+        self._step(rec, Event.PLANNED)
+        self._report()
+
+    def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str], filter_failures_before_replan: int) -> FilterVerdict:
+        """The member's one planned node; the reason on every other node."""
+        if rec.phase not in HOLDING:
+            failed = {n: rec.reason for n in names}
+            return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
+        slot = self.state.slot_of(pod.key)
+        if slot is None:
+            slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
+            if slot is not None:
+                # A member created after planning is a member all the same: deleting it must
+                # unreserve the gang like deleting any other.
+                rec.members = (*rec.members, pod.key)
+        if slot is None:
+            reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
+            return FilterVerdict((), {}, {n: reason for n in names})
+        if slot.node in names:
+            reason = verdicts.reserved_node(rec.key, slot.node, pod.key,
+                                            verdicts.where_planned(self.state.topology, rec.placement))
+            return FilterVerdict((slot.node,), {n: reason for n in names if n != slot.node})
+        rec.filter_failures += 1
+        reason = verdicts.node_failed_filter(slot.node, pod.key, rec.key, rec.filter_failures, filter_failures_before_replan)
+        if rec.filter_failures >= filter_failures_before_replan and rec.phase == Phase.PLANNED:
+            self.unreserve(rec, Event.RETRY, reason)
+        return FilterVerdict((), {n: reason for n in names})
+
+    # -- permit --------------------------------------------------------------------------------
+
+    def permit(self, gang: str, member: str, uid: str, node: str) -> PermitDecision:
+        rec = self._gangs[gang]
+        if rec.phase not in (Phase.PLANNED, Phase.WAITING):
+            return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
+        slot = self.state.slot_of(member)
+        if slot is None or slot.node != node:
+            return Reject(verdicts.wrong_node(member, node, gang, slot.node if slot else None))
+        rec.waiting[member] = (uid, node)
+        if len(rec.waiting) < rec.min_member:
+            self._step(rec, Event.MEMBER_WAITING)
+            return Wait(rec.round)
+        self._step(rec, Event.ALLOWED)
+        return Allow(rec.round, dict(rec.waiting))
+
+    def outcome(self, gang: str, member: str, round_: int) -> Outcome | None:
+        rec = self._gangs.get(gang)
+        if rec is None:
+            return Outcome(UNRESERVED, f"gang {gang} is no longer tracked")
+        if rec.round == round_:
+            if member not in rec.results:
+                return None
+            error = rec.results[member]
+            return Outcome(FAILED, error) if error else Outcome(BOUND)
+        if rec.ended is not None and rec.ended[0] == round_:
+            return rec.ended[1]
+        return Outcome(UNRESERVED, rec.reason)
+
+    def deadline(self, gang: str) -> float:
+        rec = self._gangs.get(gang)
+        return rec.deadline if rec is not None and rec.deadline is not None else 0.0
+
+    def bindings_done(self, gang: str, results: dict[str, str], members: dict[str, tuple[str, str]],
+                      now: float) -> Compensate | None:
+        """Every member's Binding result ("" or the error). All bound: the gang is BOUND (None).
+        Otherwise the members bound so far are to be evicted."""
+        rec = self._gangs[gang]
+        if any(results.values()):
+            return Compensate(tuple((k, members[k][0]) for k, error in results.items() if not error))
+        rec.results = dict(results)
+        rec.bound_at = now
+        rec.bound_uids.update(uid for uid, _ in members.values())
+        rec.reason = verdicts.gang_bound(gang, len(members))
+        self._step(rec, Event.BOUND)
+        self.observer.gang_finished("bound")
+        self.observer.gang_time_to_bind(now - rec.first_seen)
+        # Slots are consumed as the watch shows each pod bound; until then they stay reserved,
+        # under a key of their own so that a next round of the gang (a new member, filtered
+        # before the watch caught up) can plan.
+        leftover = self.state.release(gang)
+        if leftover is not None:
+            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", leftover.slots,
+                                           now + LEFTOVER_SECONDS))
+        return None
+
+    def compensated(self, gang: str, results: dict[str, str], eviction_errors: dict[str, str]) -> None:
+        """The bound members were evicted (or failed to be): the gang holds nothing again."""
+        rec = self._gangs[gang]
+        failed = {k: e for k, e in results.items() if e}
+        failed.update(eviction_errors)
+        reason = verdicts.compensated(gang, len(failed), len(results), next(iter(failed.values())))
+        rec.results = {k: reason for k in results}
+        self.state.release(gang)
+        rec.reason = reason
+        self._step(rec, Event.BIND_FAILED)
+        self.observer.gang_finished("compensated")
+        self._report()
+
+    # -- cluster events and time -----------------------------------------------------------------
+
+    def unreserve(self, rec: GangRecord, event: Event, reason: str, kind: str = UNRESERVED) -> None:
+        """Give back every slot of the gang; members waiting at permit are rejected."""
+        self.state.release(rec.key)
+        rec.reason = reason
+        self._step(rec, event)
+        rec.ended = (rec.round, Outcome(kind, reason))
+        rec.round += 1
+        rec.waiting.clear()
+        self._report()
+
+    def member_deleted(self, gang: str, member: str) -> bool:
+        rec = self._gangs.get(gang)
+        if rec is None or rec.phase not in (Phase.PLANNED, Phase.WAITING) or member not in rec.members:
+            return False
+        self.unreserve(rec, Event.MEMBER_LOST, verdicts.member_deleted(member, gang))
+        return True
+
+    def node_deleted(self, name: str) -> bool:
+        changed = False
+        for rec in list(self._gangs.values()):
+            if rec.phase in (Phase.PLANNED, Phase.WAITING) and rec.placement and any(
+                    s.node == name for s in rec.placement.slots):
+                self.unreserve(rec, Event.NODE_LOST, verdicts.node_deleted(name, rec.key))
+                changed = True
+        return changed
+
+    def expire(self, now: float) -> bool:
+        """Time out gangs whose deadline passed before every member waited at permit."""
+        changed = False
+        for key in self.state.expired(now):
+            rec = self._gangs.get(key)
+            if rec is not None and rec.phase in (Phase.PLANNED, Phase.WAITING):
+                missing = [m for m in rec.members if m not in rec.waiting]
+                reason = verdicts.timed_out(rec.key, len(rec.waiting), rec.min_member, rec.timeout_seconds, missing)
+                self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
+                self.observer.gang_finished("timed_out")
+                changed = True
+            elif rec is None:  # a bound round's leftover slots: pods the watch never showed bound
+                self.state.release(key)
+                self._report()
+        return changed
+
+    def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
+        """Forget gangs that hold nothing and have no pod left waiting (bounded memory)."""
+        if now < self._next_gc:
+            return
+        self._next_gc = now + GC_SECONDS
+        for key, rec in list(self._gangs.items()):
+            if rec.phase in HOLDING or has_pending(key):
+                continue
+            if rec.bound_at is not None and now - rec.bound_at < GC_SECONDS:
+                continue
+            del self._gangs[key]
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _step(self, rec: GangRecord, event: Event) -> None:
+        previous = rec.phase
+        rec.phase = next_phase(rec.phase, event)
+        self._publish(rec, previous, event)
+
+    def _publish(self, rec: GangRecord, previous: Phase | None, event: Event | None) -> None:
+        if self.on_step is not None:
+            self.on_step(rec, previous, event)
+
+    def _report(self) -> None:
+        res = self.state.reservations()
+        self.observer.reservations(len(res), sum(r.gpus for r in res.values()))

@@ -1,0 +1,51 @@
+"""The ports: what the core and the service need from the world, as Protocols.
+
+``app.py`` wires them: Binder -> ``adapters/k8s/binder.KubeBinder``, Observer ->
+``adapters/metrics.Metrics``, LabelScheme -> ``adapters/kubeobjects.SCHEME``. Defining an
+interface does no I/O; the implementations live in the adapters.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+from extender.core.model import LevelChoice, NodeFacts, PodFacts
+
+
+class Binder(Protocol):
+    """Writes to the API server. Calls block and raise on failure; the service retries."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
+        """Never blocks; rate-limited by the implementation."""
+
+
+class Observer(Protocol):
+    """Domain events the core and the service report (metrics)."""
+
+    def gang_finished(self, outcome: str) -> None: ...
+    def gang_time_to_bind(self, seconds: float) -> None: ...
+    def reservations(self, gangs: int, gpus: int) -> None: ...
+    def plan_seconds(self, seconds: float) -> None: ...
+    def binding_failed(self) -> None: ...
+
+
+class NullObserver:
+    """An Observer that records nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+class LabelScheme(Protocol):
+    """Which node labels name topology levels (the label presets)."""
+
+    def detect(self, nodes: Sequence[NodeFacts]) -> LevelChoice:
+        """Levels for a cluster of these nodes (from their labels), broadest first."""
+
+    def schemes_of(self, node: NodeFacts) -> frozenset[str]:
+        """The presets one node's labels belong to (a new one means: detect again)."""
+
+    def explicit(self, keys: Sequence[str]) -> LevelChoice:
+        """Levels named by the user (``--levels``), broadest first."""

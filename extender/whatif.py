@@ -1,0 +1,203 @@
+"""What-if planning and read-only answers: ``railyard plan`` offline, PlanGang, ExplainPod and
+/debug/gangs on the live state. Nothing here reserves anything it does not give back.
+
+Takes facts (``core.model``), never Kubernetes objects: callers translate at their door.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from extender.core import gangspec, verdicts
+from extender.core.book import GangBook, GangRecord
+from extender.core.lifecycle import HOLDING, Phase
+from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.pods import PodIndex
+from extender.core.planner import NoPlacement, Placement, domain_fits, plan
+from extender.core.state import ClusterState, Reservation
+from extender.settings import GangSettings
+
+
+@dataclass(frozen=True)
+class GangAnswer:
+    """One gang's what-if answer, as ``railyard plan`` prints it."""
+
+    gang: str
+    feasible: bool
+    level: str | None
+    domain: list[str | None] | None
+    placement: dict[str, str]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gang": self.gang, "feasible": self.feasible, "level": self.level, "domain": self.domain,
+                "placement": self.placement, "reason": self.reason}
+
+
+def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
+    topo = state.topology
+    if isinstance(result, NoPlacement):
+        return GangAnswer(result.gang, False, None, None, {}, verdicts.explain_no_placement(topo, result))
+    return GangAnswer(
+        gang=result.gang,
+        feasible=True,
+        level=topo.level_key(result.level),
+        domain=list(result.domain.path),
+        placement={s.member: s.node for s in result.slots if s.member in members},
+        reason=verdicts.explain_placement(topo, result),
+    )
+
+
+def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
+    """Pods by gang key, gangs in order of first appearance."""
+    gangs: dict[str, list[PodFacts]] = {}
+    for pod in pods:
+        gangs.setdefault(pod.gang.key, []).append(pod)
+    return gangs
+
+
+@dataclass
+class WhatIf:
+    """A cluster loaded from facts, ready to plan pending gangs in order."""
+
+    state: ClusterState
+    groups: dict[str, GroupFacts] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    default_timeout: float = GangSettings().default_timeout_seconds
+
+    @classmethod
+    def load(cls, nodes: Sequence[NodeFacts], levels: LevelChoice, pods: Iterable[PodFacts] = (),
+             groups: Iterable[GroupFacts] = ()) -> "WhatIf":
+        state = ClusterState(levels.levels)
+        problems = list(levels.problems)
+        named = [n for n in nodes if n.name]
+        if len(named) < len(nodes):
+            problems.append(f"{len(nodes) - len(named)} node(s) without metadata.name were skipped")
+        state.set_nodes(named)
+        unknown_nodes = 0
+        for pod in pods:
+            usage = pod.usage
+            if usage is None:
+                continue
+            if state.node(usage.node) is None:
+                unknown_nodes += 1
+            state.upsert_pod(usage)
+        if unknown_nodes:
+            problems.append(f"{unknown_nodes} pod(s) on nodes that are not in the node list were ignored")
+        problems.extend(state.topology.problems)
+        return cls(state, {g.key: g for g in groups}, problems)
+
+    def plan_pending(self, pending: Iterable[PodFacts]) -> list[GangAnswer]:
+        """Plan each gang in order of first appearance; each sees the ones before it reserved."""
+        answers = []
+        for key, members in by_gang(pending).items():
+            spec = gangspec.build(key, members, self.groups.get(key), self.default_timeout)
+            result = plan(spec, self.state.view())
+            answers.append(answer(self.state, result, {p.key for p in members}))
+            if isinstance(result, Placement):
+                self.state.reserve(Reservation(key, result.slots, math.inf))
+        return answers
+
+
+# -- the live state's read-only answers (called under the service lock) -------------------------
+
+
+@dataclass(frozen=True)
+class Live:
+    """The live extender's core objects, as the service holds them."""
+
+    state: ClusterState
+    book: GangBook
+    pods: PodIndex
+    groups: Mapping[str, GroupFacts]
+    default_timeout: float
+
+
+def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
+    """What-if for the gangs of ``pods`` against the live state, each planned alone with its
+    own reservation (if it holds one) given back."""
+    answers = []
+    for key, members in by_gang(pods).items():
+        spec = gangspec.build(key, members, live.groups.get(key), live.default_timeout)
+        with own_reservation_returned(live.state, key):
+            answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
+    return answers
+
+
+def debug_gangs(live: Live, now: float) -> list[dict]:
+    out = []
+    for rec in live.book.records():
+        phase = rec.phase.value
+        if rec.phase == Phase.WAITING:
+            phase = f"waiting at bind {len(rec.waiting)}/{rec.min_member}"
+        held = live.state.reservation(rec.key) if rec.phase in (Phase.PLANNED, Phase.WAITING) else None
+        slots = held.slots if held else rec.placement.slots if rec.placement else ()
+        out.append({
+            "gang": rec.key,
+            "phase": phase,
+            "plan": {s.member: s.node for s in slots},  # members that came later by name
+            "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
+            "reason": rec.reason,
+        })
+    return out
+
+
+def explain(live: Live, pod_key: str, now: float) -> dict | None:
+    """Why a pod waits: its gang's phase and reason, the plan, and how much of the gang each
+    domain at the gang's bound level holds. The gang's own reservation is given back for the
+    table, so it shows what the gang could get now. None: railyard never saw the pod.
+    """
+    pending = live.pods.pending_pod(pod_key)
+    pod = pending or live.pods.seen_pod(pod_key) or live.pods.bound_named(pod_key)
+    if pod is None:
+        return None
+    gang = pod.gang.key
+    rec = live.book.get(gang) if pod.gang.named else None
+    members = sorted(live.pods.pending_of(gang), key=lambda p: p.key)
+    out: dict[str, Any] = {
+        "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pending is not None else "bound",
+        "reason": "", "plan": {}, "min_member": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
+        "pods": 0, "level": "", "fit": [],
+    }
+    if rec is not None:
+        _describe(out, rec, now)
+    if not members:
+        return out
+    spec = gangspec.build(gang, members, live.groups.get(gang), live.default_timeout)
+    with own_reservation_returned(live.state, gang):
+        topo = live.state.topology
+        bound_level, rows = domain_fits(spec, live.state.view())
+        if rec is None:
+            # Never filtered as a gang: say so, and what planning it now would give.
+            now_plan = answer(live.state, plan(spec, live.state.view()), set()).reason
+            filtered = live.pods.seen_pod(pod_key) is not None
+            why = verdicts.names_no_gang(pod_key) if filtered else verdicts.never_filtered(pod_key)
+            out["reason"] = f"{why}; planned now: {now_plan}"
+    out["pods"] = len(spec.demand())
+    out["level"] = topo.level_key(bound_level) or ""
+    out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,
+                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes}
+                  for r in rows]
+    return out
+
+
+def _describe(out: dict[str, Any], rec: GangRecord, now: float) -> None:
+    out.update(phase=rec.phase.value, reason=rec.reason, min_member=rec.min_member, at_bind=len(rec.waiting))
+    if rec.placement is not None and rec.phase in HOLDING:
+        out["plan"] = {s.member: s.node for s in rec.placement.slots}
+    if rec.deadline is not None and rec.phase in HOLDING:
+        out["deadline_in_seconds"] = round(max(rec.deadline - now, 0.0), 1)
+
+
+@contextmanager
+def own_reservation_returned(state: ClusterState, gang: str) -> Iterator[None]:
+    """Plan as if ``gang`` held nothing; its reservation is restored exactly afterwards."""
+    held = state.release(gang)
+    try:
+        yield
+    finally:
+        if held is not None:
+            state.reserve(held)
