@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from extender.core import gangspec
 from extender.core.book import Allow, GangBook, Reject, Wait

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from extender import app
-from extender.settings import Settings
 from tests.manifests.render import MANIFESTS, find, kustomize_command, render
 
 pytestmark = pytest.mark.skipif(kustomize_command() is None, reason="no kustomize: needs kubectl, kustomize or Go")
