@@ -100,9 +100,10 @@ class TopologyExtender:
                 self._redetect(force=True)
             elif kind == "pods":
                 self.pods.clear(self.state)
-                for pod in objects:
-                    if isinstance(pod, PodFacts):
-                        self.pods.changed(pod, self.state)
+                pods = [p for p in objects if isinstance(p, PodFacts)]
+                for pod in pods:
+                    self.pods.changed(pod, self.state)
+                self.state.drop_bound_slots_except({p.key for p in pods})
             elif kind == "podgroups":
                 self.groups = {g.key: g for g in objects if isinstance(g, GroupFacts)}
             self._synced.add(kind)

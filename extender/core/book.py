@@ -18,6 +18,7 @@ every call and does the waiting and the Bindings (``extender/service.py``).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -29,9 +30,6 @@ from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
 from extender.core.verdicts import FilterVerdict
 
-LEFTOVER_SECONDS = 30.0
-"""A bound gang's slots stay reserved (under a key of their own) until the watch shows its pods
-bound, at most this long."""
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
 
@@ -239,13 +237,12 @@ class GangBook:
         self._step(rec, Event.BOUND)
         self.observer.gang_finished("bound")
         self.observer.gang_time_to_bind(now - rec.first_seen)
-        # Slots are consumed as the watch shows each pod bound; until then they stay reserved,
-        # under a key of their own so that a next round of the gang (a new member, filtered
-        # before the watch caught up) can plan.
-        leftover = self.state.release(gang)
-        if leftover is not None:
-            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", leftover.slots,
-                                           now + LEFTOVER_SECONDS))
+        # Slots are consumed as the watch shows each pod bound (or deleted); until then they stay
+        # reserved, under a key of their own so that a next round of the gang (a new member,
+        # filtered before the watch caught up) can plan.
+        held = self.state.release(gang)
+        if held is not None:
+            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", held.slots, math.inf, bound=True))
         return None
 
     def compensated(self, gang: str, results: dict[str, str], eviction_errors: dict[str, str]) -> None:
@@ -300,9 +297,6 @@ class GangBook:
                 self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
                 self.observer.gang_finished("timed_out")
                 changed = True
-            elif rec is None:  # a bound round's leftover slots: pods the watch never showed bound
-                self.state.release(key)
-                self._report()
         return changed
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:

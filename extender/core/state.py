@@ -35,6 +35,9 @@ class Reservation:
     gang: str
     slots: tuple[Slot, ...]
     deadline: float
+    bound: bool = False
+    """Slots of a round railyard has bound: kept until the watch shows each pod bound (its
+    usage then counts instead) or deleted, so no other gang is planned onto them meanwhile."""
 
     @property
     def gpus(self) -> int:
@@ -140,6 +143,13 @@ class ClusterState:
         if member_key in self._reserved_by_member:
             self._drop_slot(member_key)
 
+    def drop_bound_slots_except(self, members: set[str]) -> None:
+        """After a relist of pods: bound rounds' slots of pods that no longer exist are free."""
+        for res in [r for r in self._reservations.values() if r.bound]:
+            for slot in res.slots:
+                if slot.member not in members:
+                    self._drop_slot(slot.member)
+
     def pod(self, uid: str) -> PodUsage | None:
         return self._pods.get(uid)
 
@@ -190,7 +200,7 @@ class ClusterState:
         self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus))
 
     def expired(self, now: float) -> list[str]:
-        return [g for g, r in self._reservations.items() if r.deadline <= now]
+        return [g for g, r in self._reservations.items() if r.deadline <= now and not r.bound]
 
     def _drop_slot(self, member_key: str) -> None:
         gang, slot = self._reserved_by_member.pop(member_key)
@@ -198,7 +208,7 @@ class ClusterState:
         res = self._reservations[gang]
         rest = tuple(s for s in res.slots if s.member != member_key)
         if rest:
-            self._reservations[gang] = Reservation(gang, rest, res.deadline)
+            self._reservations[gang] = Reservation(gang, rest, res.deadline, res.bound)
         else:
             del self._reservations[gang]
 

@@ -204,6 +204,14 @@ class GangBookMachine(RuleBasedStateMachine):
             for key in keys:
                 self.pods.changed(self.live[key], self.state)
 
+    @rule()
+    def watch_relists_pods(self) -> None:
+        """A 410 Gone: the pods are listed again, as service.relisted("pods") applies it."""
+        self.pods.clear(self.state)
+        for pod in self.live.values():
+            self.pods.changed(pod, self.state)
+        self.state.drop_bound_slots_except(set(self.live))
+
     # -- invariants ------------------------------------------------------------------------------
 
     @invariant()
@@ -229,9 +237,10 @@ class GangBookMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_reservation_belongs_to_a_live_gang(self) -> None:
-        for key in self.state.reservations():
-            if "#bound-" in key:
-                continue  # a bound round's slots, until the watch shows its pods (or 30 s)
+        for key, res in self.state.reservations().items():
+            if res.bound:
+                assert "#bound-" in key
+                continue  # a bound round's slots, until the watch shows its pods
             rec = self.book.get(key)
             assert rec is not None and rec.phase in HOLDING, (key, rec and rec.phase)
         for rec in self.book.records():
