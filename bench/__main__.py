@@ -1,4 +1,4 @@
-"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,B,C,D]`` (issue 5).
+"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,A100,B,C,D]`` (issue 5).
 
 Runs the scenario's arms one after another, each on a fresh local kwok cluster of the same
 shape, and writes DIR/results.json, DIR/report.md and PNG plots; per arm DIR/arm-X/ keeps the
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scenario", required=True, help="a name in bench/scenarios/ or a path to a YAML file")
     run.add_argument("--out", required=True, help="output directory (created)")
     run.add_argument("--quick", action="store_true", help="the scenario's small 'quick' section (minutes)")
-    run.add_argument("--arms", help="comma-separated subset of the scenario's arms, e.g. A,B")
+    run.add_argument("--arms", help="comma-separated arms to run instead of the scenario's, e.g. A,A100,B")
     again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")
     again.add_argument("--out", required=True, help="the directory a run wrote")
     args = parser.parse_args(argv)

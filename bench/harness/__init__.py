@@ -4,7 +4,9 @@ Modules, in the order a run uses them::
 
     scenario   a scenario data file (bench/scenarios/NAME.yaml) -> Scenario (topology + workload)
     workload   seeded stream of jobs (gangs and single pods) with arrival times and runtimes
-    arms       A kube-scheduler alone, B + railyard, C native gang + topology (1.37.2), D (try)
+    arms       A kube-scheduler alone, A100 the same scoring every node, B + railyard, C native
+               gang + topology (1.37.2), D (try)
+    cpu        CPU seconds of each cluster process from /proc (issue 13)
     runner     one arm: cluster up, submit on schedule, watch bindings, scrape metrics, cluster down
     analysis   the numbers, from the observed bindings and node labels only (no railyard code)
     report     results.json, report.md, PNG plots

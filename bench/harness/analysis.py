@@ -18,6 +18,8 @@ repeats them next to the keys):
 - utilization: GPUs held by bound, unfinished pods over all GPUs, sampled each second.
 - fragmentation: the share of free GPUs that pods of the workload's per-pod sizes cannot use
   (sum over nodes of free mod size), weighted by each size's share of requested GPUs.
+- CPU per pod (issue 13): each process's CPU seconds (``/proc``, ``bench/harness/cpu.py``)
+  from kube-scheduler's resume (or t0) to the last binding, over the pods bound in that window.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.harness import arms as arms_mod, cpu as cpu_mod
 from bench.harness.runner import ArmResult, PodRecord
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
@@ -161,6 +164,18 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         out["extender_verb_outcomes"] = {
             verb: _hist_count_by(result.extender_metrics, "railyard_verb_duration_seconds", "outcome", verb=verb)
             for verb in ("filter", "prioritize", "bind")}
+    out["extender_verb_ms_per_pod"] = (
+        {verb: _r(_hist_sum(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb) * 1000
+                  / len(binds), 4) if binds else None for verb in ("filter", "prioritize", "bind")}
+        if result.extender_metrics else None)
+    pct = result.percentage_of_nodes_to_score
+    out["percentage_of_nodes_to_score"] = pct
+    out["nodes_to_find"] = (arms_mod.nodes_to_find(pct, len(caps)) if pct is None or isinstance(pct, int)
+                            else None)
+    out["cpu_ms_per_pod"], out["cpu"] = cpu_usage(result.cpu_samples,
+                                                   sum(r.created is not None for r in recs.values()))
+    loads = result.load_average_1m
+    out["load_average_1m"] = {"min": min(loads), "max": max(loads)} if loads else None
     out["cluster_up_s"] = _r(result.cluster_up_s)
     out["observed_s"] = _r(result.end)
     out["stop_reason"] = result.stop_reason
@@ -172,15 +187,47 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     return out, series
 
 
+def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[str, float] | None,
+                                                                         dict[str, Any] | None]:
+    """(``cpu_ms_per_pod``, ``cpu``) from the runner's samples (``ArmResult.cpu_samples``).
+
+    The scheduling window runs from ``resume`` (kube-scheduler resumed once every pod existed;
+    t0 when it was not paused) to ``last_bind`` (``end`` if nothing bound); its CPU is divided
+    by the pods bound in it. The creating window (``start`` -> ``resume``, only when the
+    scheduler was paused) is divided by the pods created: there the API server, etcd and
+    railyard's watch cache take in the pods while kube-scheduler is stopped.
+    """
+    if "start" not in samples or "end" not in samples:
+        return None, None
+    resume = samples.get("resume", samples["start"])
+    stop = samples.get("last_bind", samples["end"])
+
+    def window(a: dict[str, Any], b: dict[str, Any], pods: int) -> dict[str, Any]:
+        seconds = cpu_mod.spent(a["cpu"], b["cpu"])
+        span = b["t"] - a["t"]
+        machine = seconds.get(cpu_mod.MACHINE)
+        return {"from_s": a["t"], "to_s": b["t"], "pods": pods,
+                # CPU-seconds per second: 2.0 = both cores of this machine busy.
+                "cores_busy": _r(machine / span, 2) if span > 0 and machine is not None else None,
+                "seconds": {k: _r(v) for k, v in seconds.items()},
+                "ms_per_pod": {k: _r(v * 1000 / pods, 3) for k, v in seconds.items()} if pods else None}
+
+    scheduling = window(resume, stop, stop["bound"] - resume["bound"])
+    creating = window(samples["start"], resume, created) if resume["t"] > samples["start"]["t"] else None
+    return scheduling["ms_per_pod"], {"scheduling": scheduling, "creating": creating}
+
+
 def _throughput(binds: list[float]) -> dict[str, float | None]:
     if len(binds) < 2:
-        return {"avg": None, "p50": None, "p99": None}
+        return {"avg": None, "p50": None, "p99": None, "span_s": None}
     first, last = binds[0], binds[-1]
     buckets = [0] * (int(last) - int(first) + 1)
     for b in binds:
         buckets[int(b) - int(first)] += 1
+    # A span under 1 s counts as 1 s: ``avg`` is then a floor (every pod bound within a second).
     return {"avg": _r(len(binds) / max(last - first, 1.0)),
-            "p50": _r(percentile(buckets, 50)), "p99": _r(percentile(buckets, 99))}
+            "p50": _r(percentile(buckets, 50)), "p99": _r(percentile(buckets, 99)),
+            "span_s": _r(last - first)}
 
 
 def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job], end: float) -> dict[str, list]:
@@ -287,9 +334,21 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float | 
 def _hist_ms(text: str, name: str, **match: str) -> dict[str, float | None]:
     b = _buckets(text, name, **match)
     p50, p99 = histogram_quantile(b, 0.5), histogram_quantile(b, 0.99)
+    count = int(b[-1][1]) if b else 0
     return {"p50": _r(p50 * 1000, 4) if p50 is not None else None,
             "p99": _r(p99 * 1000, 4) if p99 is not None else None,
-            "count": int(b[-1][1]) if b else 0}
+            "mean": _r(_hist_sum(text, name, **match) * 1000 / count, 4) if count else None,
+            "count": count}
+
+
+def _hist_sum(text: str, name: str, **match: str) -> float:
+    """A histogram's ``_sum`` over every series matching ``match`` (seconds)."""
+    total = 0.0
+    for family in _families(text, name):
+        for s in family.samples:
+            if s.name == name + "_sum" and all(s.labels.get(k) == v for k, v in match.items()):
+                total += s.value
+    return total
 
 
 def _hist_cdf(text: str, name: str, **match: str) -> list[tuple[float, float]]:

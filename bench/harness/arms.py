@@ -3,9 +3,14 @@
 Pods are the same in every arm (same name, GPUs, runtime, and the railyard gang labels and
 annotations, inert without the extender), so the arms differ only in what the issue compares:
 
-- A: kube-scheduler alone, generated default configuration, no extender;
-- B: kube-scheduler + railyard with the reference configuration (the one ``cluster up``
-  generates, ``extender/localcluster/config.py``: there is no ``manifests/`` yet);
+- A: kube-scheduler alone, no extender, ``percentageOfNodesToScore`` left to kube-scheduler's
+  default (adaptive: every node below 100 nodes, else 50% - 1% per 125 nodes, at least 5% and
+  100 nodes: 420 of 1,000, 500 of 5,000);
+- A100: A with ``percentageOfNodesToScore: 100`` (what B's reference configuration sets), so
+  A -> A100 is the cost of scoring every feasible node and A100 -> B the cost of the extender
+  (issue 13);
+- B: kube-scheduler + railyard with the reference configuration (``manifests/base/
+  scheduler-config.yaml`` bound to the local cluster, ``extender/localcluster/config.py``);
 - C: kube-scheduler 1.37.2 with native gang scheduling and topology-aware workload scheduling
   (feature gates ``GenericWorkload`` + ``TopologyAwareWorkloadScheduling``, API
   ``scheduling.k8s.io/v1beta1``): a Workload and a PodGroup per gang (``gang.minCount`` = pods,
@@ -17,10 +22,12 @@ annotations, inert without the extender), so the arms differ only in what the is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.harness.scenario import LEVEL_KEYS
 from bench.harness.workload import Job
+from extender.localcluster import config as localconfig
 
 NAMESPACE = "bench"
 SCHEDULING_V1BETA1 = "/apis/scheduling.k8s.io/v1beta1"
@@ -41,6 +48,11 @@ SKIPPED = {
 }
 
 
+#: ``Arm.percentage_of_nodes_to_score``: run the configuration ``cluster up`` generates as is
+#: (the reference configuration from manifests/, ``percentageOfNodesToScore: 100``).
+AS_GENERATED = "as generated"
+
+
 @dataclass(frozen=True)
 class Arm:
     name: str
@@ -49,15 +61,47 @@ class Arm:
     native: bool = False
     feature_gates: dict[str, bool] = field(default_factory=dict)
     runtime_config: tuple[str, ...] = ()
+    percentage_of_nodes_to_score: int | None | str = AS_GENERATED
+    """``percentageOfNodesToScore`` in the scheduler configuration: a number, None to leave the
+    key out (kube-scheduler's adaptive default), or ``AS_GENERATED``."""
 
 
 ARMS = {
-    "A": Arm("A", "kube-scheduler alone (default configuration)"),
+    "A": Arm("A", "kube-scheduler alone (default percentageOfNodesToScore)", percentage_of_nodes_to_score=None),
+    "A100": Arm("A100", "kube-scheduler alone, percentageOfNodesToScore: 100", percentage_of_nodes_to_score=100),
     "B": Arm("B", "kube-scheduler + railyard (reference configuration)", extender=True),
+    # C keeps the generated configuration (percentageOfNodesToScore: 100), as in every run so far.
     "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
              native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
     "D": Arm("D", "Kueue TAS (try)"),
 }
+
+
+def scheduler_config(arm: Arm) -> dict[str, Any] | None:
+    """The KubeSchedulerConfiguration template ``cluster up --scheduler-config`` should get for
+    ``arm``, or None for the one it generates. The template is the generated configuration with
+    only ``percentageOfNodesToScore`` changed; ``cluster up`` binds its kubeconfig and, for an
+    extender arm, its ``$(EXTENDER_URL)`` to the cluster."""
+    if arm.percentage_of_nodes_to_score == AS_GENERATED:
+        return None
+    url = None if not arm.extender else localconfig.EXTENDER_URL_PLACEHOLDER + "/scheduler"
+    config = localconfig.scheduler_config(Path("bound-by-cluster-up"), url)
+    if arm.percentage_of_nodes_to_score is None:
+        config.pop("percentageOfNodesToScore", None)
+    else:
+        config["percentageOfNodesToScore"] = int(arm.percentage_of_nodes_to_score)
+    return config
+
+
+def nodes_to_find(percentage: int | None, nodes: int) -> int:
+    """Feasible nodes kube-scheduler looks for before it stops filtering and scores them
+    (``numFeasibleNodesToFind``, pkg/scheduler/schedule_one.go, v1.37.2), for ``percentage``
+    None or 0 (the adaptive default) or a number."""
+    if nodes < 100:
+        return nodes
+    if not percentage:
+        percentage = max(50 - nodes // 125, 5)
+    return max(nodes * percentage // 100, 100)
 
 
 def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:

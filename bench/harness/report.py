@@ -6,7 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-ARM_COLORS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange", "D": "tab:green"}
+ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "C": "tab:orange", "D": "tab:green"}
+#: Processes whose CPU per pod the decomposition compares (keys of ``cpu_ms_per_pod``).
+CLUSTER_PROCESSES = ("kube-scheduler", "kube-apiserver", "etcd", "kwok", "railyard")
+#: The steps of issue 13's decomposition: (from arm, to arm, what the step adds).
+STEPS = (
+    ("A", "A100", "scoring every feasible node (percentageOfNodesToScore default -> 100)"),
+    ("A100", "B", "the extender: HTTP round trips + railyard's own work"),
+    ("A", "B", "all of it"),
+)
 LEVEL_ORDER = ("host", "nvl", "leaf", "block", "cluster")
 
 
@@ -20,11 +28,49 @@ def ratios(arms: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         return value if isinstance(value, (int, float)) else None
 
     tb, ta = get("B", "throughput_pods_per_s", "avg"), get("A", "throughput_pods_per_s", "avg")
+    t100 = get("A100", "throughput_pods_per_s", "avg")
     pb, pc = get("B", "gang_time_to_bind_s", "p99"), get("C", "gang_time_to_bind_s", "p99")
     return {
         "throughput_railyard_vs_default": round(tb / ta, 3) if tb and ta else None,
+        "throughput_score_all_vs_default": round(t100 / ta, 3) if t100 and ta else None,
+        "throughput_railyard_vs_score_all": round(tb / t100, 3) if tb and t100 else None,
         "time_to_bind_p99_railyard_vs_native": round(pb / pc, 3) if pb is not None and pc else None,
     }
+
+
+def decomposition(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 13: what each step from A to B costs per scheduled pod, for the steps whose two
+    arms both ran. Wall ms per pod is 1000 / average throughput (the scheduling loop places
+    pods one at a time, so this is its per-pod time); CPU ms per pod is per process, from
+    ``cpu_ms_per_pod``; ``added`` = the second arm's value minus the first's (a process the first
+    arm does not run counts 0 there). ``railyard_handlers_ms_per_pod`` (A100 -> B and A -> B):
+    time inside railyard's filter and prioritize handlers per pod, from its histogram sums: the
+    part of the extender's wall time on the scheduling loop's path that is railyard's code;
+    ``round_trip_and_wait_ms_per_pod`` = the added wall time minus that (HTTP, JSON on both
+    sides, waiting for a core)."""
+    rows = []
+    for first, second, what in STEPS:
+        x, y = arms.get(first) or {}, arms.get(second) or {}
+        tx = (x.get("throughput_pods_per_s") or {}).get("avg")
+        ty = (y.get("throughput_pods_per_s") or {}).get("avg")
+        if not tx or not ty:
+            continue
+        wall = {"from": round(1000 / tx, 3), "to": round(1000 / ty, 3), "added": round(1000 / ty - 1000 / tx, 3)}
+        cx, cy = x.get("cpu_ms_per_pod"), y.get("cpu_ms_per_pod")
+        cpu_added = None
+        if cx is not None and cy is not None:
+            cpu_added = {k: round(cy.get(k, 0.0) - cx.get(k, 0.0), 3) for k in CLUSTER_PROCESSES
+                         if k in cx or k in cy}
+            cpu_added["all processes"] = round(sum(cpu_added.values()), 3)
+        row = {"step": f"{first} -> {second}", "what": what, "throughput_ratio": round(ty / tx, 3),
+               "wall_ms_per_pod": wall, "cpu_ms_per_pod_added": cpu_added}
+        handlers = y.get("extender_verb_ms_per_pod") if not x.get("extender_verb_ms_per_pod") else None
+        if handlers and handlers.get("filter") is not None:
+            inside = (handlers.get("filter") or 0.0) + (handlers.get("prioritize") or 0.0)
+            row["railyard_handlers_ms_per_pod"] = round(inside, 3)
+            row["round_trip_and_wait_ms_per_pod"] = round(wall["added"] - inside, 3)
+        rows.append(row)
+    return rows
 
 
 def targets(arms: dict[str, dict[str, Any]], ratio: dict[str, float | None]) -> list[dict[str, Any]]:
@@ -60,7 +106,7 @@ def write(out_dir: Path, meta: dict[str, Any], arms: dict[str, dict[str, Any]],
           series: dict[str, dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
     ratio = ratios(arms)
     doc = {**meta, "arms": {**arms, **{a: {"skipped": why} for a, why in skipped.items()}},
-           "ratios": ratio, "targets": targets(arms, ratio)}
+           "ratios": ratio, "decomposition": decomposition(arms), "targets": targets(arms, ratio)}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
     plots = _plots(out_dir, series)
     (out_dir / "report.md").write_text(_markdown(doc, plots))
@@ -91,6 +137,15 @@ KEY_ROWS = (
     ("railyard filter p50 / p99 ms", None),
     ("railyard prioritize p50 / p99 ms", None),
     ("railyard bind p50 / p99 ms", None),
+    ("percentageOfNodesToScore (feasible nodes to find)", None),
+    ("kube-scheduler CPU ms/pod", ("cpu_ms_per_pod", "kube-scheduler")),
+    ("kube-apiserver CPU ms/pod", ("cpu_ms_per_pod", "kube-apiserver")),
+    ("etcd CPU ms/pod", ("cpu_ms_per_pod", "etcd")),
+    ("kwok CPU ms/pod", ("cpu_ms_per_pod", "kwok")),
+    ("railyard CPU ms/pod", ("cpu_ms_per_pod", "railyard")),
+    ("harness CPU ms/pod (watch)", ("cpu_ms_per_pod", "harness")),
+    ("other work on the machine CPU ms/pod", ("cpu_ms_per_pod", "other")),
+    ("cores busy in the scheduling window (of 2)", ("cpu", "scheduling", "cores_busy")),
     ("pods bound / total", None),
     ("cluster up s", ("cluster_up_s",)),
 )
@@ -106,6 +161,12 @@ def _cell(arm: dict[str, Any], label: str, keys: tuple[str, ...] | None) -> str:
         if label.startswith("pods"):
             p = arm.get("pods") or {}
             return f"{p.get('bound')}/{p.get('total')}"
+        if label.startswith("percentageOfNodesToScore"):
+            if "percentage_of_nodes_to_score" not in arm:
+                return "-"
+            pct = arm["percentage_of_nodes_to_score"]
+            shown = "default" if pct is None else str(pct)
+            return shown + (f" ({arm['nodes_to_find']})" if arm.get("nodes_to_find") is not None else "")
         verb = label.split()[1]
         v = (arm.get("extender_verb_ms") or {}).get(verb)
         return f"{v['p50']} / {v['p99']}" if v and v.get("p50") is not None else "-"
@@ -129,7 +190,15 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
            f"- topology: {doc['topology']['nodes']} nodes, {doc['topology']['gpus']} GPUs "
            f"(`{doc['topology']['spec']}`)",
            f"- workload: {doc['workload']['jobs']} jobs, {doc['workload']['pods']} pods "
-           f"({doc['workload']['gangs']} gangs), seed {doc['seed']}", f"- wall time: {doc['wall_s']:.0f} s", ""]
+           f"({doc['workload']['gangs']} gangs), seed {doc['seed']}", f"- wall time: {doc['wall_s']:.0f} s"]
+    git = doc.get("git") or {}
+    if git.get("commit"):
+        out.append(f"- commit: `{git['commit']}`" + (" (work tree dirty: " + ", ".join(git.get("changed") or []) + ")"
+                                                     if git.get("dirty") else " (clean work tree)"))
+    load = doc.get("load_average") or {}
+    if load.get("start"):
+        out.append(f"- load average (1/5/15 min): {load['start']} at start, {load.get('end')} at the end")
+    out.append("")
     if doc.get("description"):
         out += ["Scenario (as in its full mode" + (", scaled down in quick mode" if doc["mode"] == "quick" else "")
                 + "): " + doc["description"], ""]
@@ -140,7 +209,10 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
                                             f" (stopped: {arm.get('stop_reason')})"))
     out += ["", "## Results", "", table(doc), "",
             f"Ratios: throughput B/A = {doc['ratios']['throughput_railyard_vs_default']}, "
+            f"A100/A = {doc['ratios'].get('throughput_score_all_vs_default')}, "
+            f"B/A100 = {doc['ratios'].get('throughput_railyard_vs_score_all')}, "
             f"gang time-to-bind p99 B/C = {doc['ratios']['time_to_bind_p99_railyard_vs_native']}.", "",
+            *decomposition_markdown(doc),
             "## Targets (issue 5; measured, never tuned for)", "",
             "| target | goal | measured | met | shortfall |", "|---|---|---|---|---|"]
     for t in doc["targets"]:
@@ -149,6 +221,64 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
     out += ["", "## Notes", ""] + [f"- {n}" for n in doc.get("notes", [])]
     out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(out) + "\n"
+
+
+def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
+    """The issue 13 section of report.md: each step from A to B per scheduled pod."""
+    rows = doc.get("decomposition") or []
+    if not rows:
+        return []
+    a, a100 = doc["arms"].get("A") or {}, doc["arms"].get("A100") or {}
+    same = ("nodes_to_find" in a and a.get("nodes_to_find") is not None
+            and a.get("nodes_to_find") == a100.get("nodes_to_find"))
+    out = ["## Where B's time goes (issue 13)", "",
+           "Per scheduled pod, in the scheduling window (kube-scheduler resumed -> last binding). "
+           "Wall ms/pod = 1000 / average throughput; CPU ms/pod = each process's CPU seconds "
+           "(/proc utime+stime) over the pods bound in the window; a step's value is the second arm's "
+           "minus the first's.", "",
+           "| step | what the step adds | throughput ratio | wall ms/pod | kube-scheduler CPU | "
+           "kube-apiserver CPU | etcd CPU | kwok CPU | railyard CPU | all processes CPU |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        cpu = row.get("cpu_ms_per_pod_added") or {}
+
+        def c(k: str) -> str:
+            return "-" if cpu.get(k) is None else f"{cpu[k]:+g}"
+
+        w = row["wall_ms_per_pod"]
+        out.append(f"| {row['step']} | {row['what']} | {row['throughput_ratio']:g} | "
+                   f"{w['from']:g} -> {w['to']:g} ({w['added']:+g}) | {c('kube-scheduler')} | "
+                   f"{c('kube-apiserver')} | {c('etcd')} | {c('kwok')} | {c('railyard')} | {c('all processes')} |")
+    out.append("")
+    floors = [name for name in ("A", "A100", "B") if name in doc["arms"]
+              and ((doc["arms"][name].get("throughput_pods_per_s") or {}).get("span_s") or 1.0) < 1.0]
+    if floors:
+        out += [f"{', '.join(floors)} bound every pod within one second: the average throughput counts "
+                "that as one second, so it is a floor and the wall ms/pod a ceiling for "
+                f"{'that arm' if len(floors) == 1 else 'those arms'}.", ""]
+    if same:
+        out += [f"A and A100 look for the same {a['nodes_to_find']} feasible nodes here (kube-scheduler "
+                "considers every node below 100 nodes whatever percentageOfNodesToScore says): they run "
+                "the same algorithm, so the A -> A100 row is run-to-run noise.", ""]
+    b = doc["arms"].get("B") or {}
+    cpu_b = b.get("cpu_ms_per_pod") or {}
+    handlers = b.get("extender_verb_ms_per_pod") or {}
+    if cpu_b.get("railyard") is not None:
+        out.append(f"railyard CPU per scheduled pod (B): **{cpu_b['railyard']:g} ms**; time inside its handlers "
+                   f"per pod: filter {handlers.get('filter')}, prioritize {handlers.get('prioritize')}, "
+                   f"bind {handlers.get('bind')} ms (bind runs in kube-scheduler's binding goroutines, "
+                   "off the scheduling loop, and includes the Binding POST).")
+    for row in rows:
+        if "railyard_handlers_ms_per_pod" in row:
+            out.append(f"{row['step']}: of the {row['wall_ms_per_pod']['added']:+g} wall ms/pod, "
+                       f"{row['railyard_handlers_ms_per_pod']:g} ms is inside railyard's filter + prioritize "
+                       f"handlers, {row['round_trip_and_wait_ms_per_pod']:+g} ms the rest (HTTP round trips, JSON "
+                       "on both sides, waiting for a core on this shared 2-core machine).")
+    creating = ((b.get("cpu") or {}).get("creating") or {}).get("ms_per_pod") or {}
+    if creating.get("railyard") is not None:
+        out.append(f"While the pods were created (kube-scheduler paused), railyard's watch cache spent "
+                   f"{creating['railyard']:g} CPU ms per pod created (not in the table above).")
+    return out + [""]
 
 
 def _plots(out_dir: Path, series: dict[str, dict[str, Any]]) -> list[str]:

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -35,7 +36,33 @@ NOTES = [
     "reserved for another gang counts against its scheduler.",
     "The railyard verb latency percentiles come from its Prometheus histogram (buckets 50 us .. 10 s, "
     "linear inside a bucket, as histogram_quantile); bind includes the time a call is held at the gang gate.",
+    "CPU ms per pod: each process's utime+stime from /proc/<pid>/stat (all threads) between kube-scheduler's "
+    "resume (t0 when not paused) and the first 0.25 s poll after the last binding, over the pods bound "
+    "then; `machine` is all cores' busy time from /proc/stat and `other` what none of the cluster's "
+    "processes nor this harness spent (other work on the shared machine).",
 ]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def git_state(repo: Path = REPO) -> dict[str, object]:
+    """The commit measured and whether the work tree differed from it (``git status``)."""
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                                  timeout=30, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    changed = [ln[3:] for ln in (status or "").splitlines() if ln.strip()]
+    return {"commit": commit.strip() if commit else None,
+            "dirty": None if status is None else bool(changed), "changed": changed[:20]}
+
+
+def _loadavg() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def _machine() -> str:
@@ -74,6 +101,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.monotonic()
     meta_date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     machine = _machine()
+    git = git_state()
+    load_start = _loadavg()
 
     spec = topotext.load(scn.topology_text)
     nodes = spec.nodes
@@ -105,7 +134,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
     meta = {
         "scenario": scn.name, "mode": scn.mode, "seed": scn.seed,
-        "command": shlex.join(argv), "date": meta_date, "machine": machine,
+        "command": shlex.join(argv), "date": meta_date, "machine": machine, "git": git,
+        "load_average": {"start": load_start, "end": _loadavg(), "what": "1, 5, 15-minute load averages"},
         "description": scn.description,
         "kubernetes": "v1.37.2", "kwok": "v0.7.0", "etcd": "v3.6.16",
         "topology": {"spec": scn.topology_text if "\n" not in scn.topology_text else "topology.txt",

@@ -25,9 +25,11 @@ from typing import Any, TextIO
 import orjson
 import urllib3
 
-from bench.harness import arms as arms_mod
+import yaml
+
+from bench.harness import arms as arms_mod, cpu as cpu_mod
 from bench.harness.workload import Job
-from extender.localcluster import cluster, pki as pki_mod
+from extender.localcluster import cluster, config as localconfig, pki as pki_mod
 
 #: Concurrent creations: enough to keep the API server busy on 2 cores (as ``cluster up`` does).
 CREATE_THREADS = 16
@@ -56,6 +58,17 @@ class ArmResult:
     scheduler_metrics: str = ""
     stop_reason: str = ""
     notes: list[str] = field(default_factory=list)
+    cpu_samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Mark -> ``{"t": s after t0, "bound": pods bound so far, "cpu": {component: CPU s}}``
+    (``cpu.sample``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
+    were created; = start when it was not paused), ``last_bind`` (the first poll after the
+    last binding seen) and ``end``."""
+    percentage_of_nodes_to_score: int | None | str = None
+    """As the scheduler configuration the arm ran had it (None: the key was absent, so
+    kube-scheduler's adaptive default; ``"unknown"``: a directory from before issue 13 without
+    its cluster's scheduler-config.yaml)."""
+    load_average_1m: list[float] = field(default_factory=list)
+    """The 1-minute load average sampled every 15 s of the arm."""
 
 
 class Kube:
@@ -158,16 +171,34 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
             workdir: Path, log: TextIO = sys.stderr) -> ArmResult:
     """Start a cluster for ``arm``, run the jobs, return what was observed; always tears down."""
     say = lambda m: print(f"bench[{arm.name}]: {m}", file=log, flush=True)  # noqa: E731
+    template = arms_mod.scheduler_config(arm)
+    config_file = None
+    if template is not None:
+        # Outside the cluster's workdir: `cluster up` refuses a workdir it did not make.
+        config_file = workdir.parent / "scheduler-config.template.yaml"
+        config_file.parent.mkdir(parents=True, exist_ok=True)
+        config_file.write_text(localconfig.dump_yaml(template))
     up_started = time.monotonic()
     info = cluster.up(cluster.UpOptions(
-        workdir=workdir, topology=topology_text, extender=arm.extender,
+        workdir=workdir, topology=topology_text, extender=arm.extender, scheduler_config=config_file,
         feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, timeout=600), log=log)
     up_s = time.monotonic() - up_started
     say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
     try:
-        return _drive(arm, jobs, workload, info, up_s, say)
+        result = _drive(arm, jobs, workload, info, up_s, say)
+        result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml")
+        return result
     finally:
         cluster.down(info.workdir, log=log, quiet=True)
+
+
+def _percentage(config_file: Path) -> int | None:
+    """``percentageOfNodesToScore`` of the configuration kube-scheduler was started with."""
+    try:
+        value = (yaml.safe_load(config_file.read_text()) or {}).get("percentageOfNodesToScore")
+    except (OSError, yaml.YAMLError):
+        return None
+    return None if value is None else int(value)
 
 
 def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: cluster.ClusterInfo,
@@ -188,6 +219,13 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     t0[0] = time.monotonic()
     errors = [0]
     pod_path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
+    samples: dict[str, dict[str, Any]] = {}
+
+    def mark(name: str, bound: int) -> None:
+        samples[name] = {"t": round(time.monotonic() - t0[0], 3), "bound": bound,
+                         "cpu": cpu_mod.sample(info.pids)}
+
+    mark("start", 0)
 
     def create_pod(body: dict[str, Any]) -> None:
         if kube.create(pod_path, body):
@@ -207,7 +245,13 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         _submit(arm, jobs, bodies, kube, create_pod, t0, errors)
     finally:
         if held:
+            # Sampled while kube-scheduler is still stopped: what the API server, etcd and
+            # railyard's watch spent on the creations stays out of the scheduling window.
+            with watcher.lock:
+                mark("resume", watcher.bound_count)
             os.kill(held, signal.SIGCONT)
+    if not held:
+        samples["resume"] = samples["start"]
     last_created = time.monotonic() - t0[0]
     say(f"created {len(records) - errors[0]} pods in {last_created:.1f}s ({errors[0]} errors)"
         + (", kube-scheduler paused meanwhile" if held else ""))
@@ -222,10 +266,16 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     reason = "all pods bound"
     last_report = 0.0
     loads = [os.getloadavg()[0]]
+    seen = samples["resume"]["bound"]
     while True:
         now = time.monotonic() - t0[0]
         with watcher.lock:
             bound, last_bind = watcher.bound_count, watcher.last_bind
+        if bound > seen:
+            # The window whose CPU is counted per pod ends at the last binding (to a poll),
+            # not after the idle tail or a stall wait.
+            mark("last_bind", bound)
+            seen = bound
         if bound >= len(records) - errors[0]:
             break
         if now > last_created + drain:
@@ -242,9 +292,13 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     # Let finishing pods be seen a moment longer than the last bind.
     time.sleep(1.0)
     end = time.monotonic() - t0[0]
+    with watcher.lock:
+        mark("end", watcher.bound_count)
     watcher.stop()
     say(f"stopped at t={end:.0f}s: {reason}; bound {watcher.bound_count}/{len(records)}")
-    result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason)
+    loads.append(os.getloadavg()[0])
+    result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason,
+                       cpu_samples=samples, load_average_1m=[round(x, 2) for x in loads])
     result.notes.append(f"1-minute load average of this 2-core machine during the arm: "
                         f"{min(loads):.1f} to {max(loads):.1f} (other work shares it)")
     if held:
@@ -296,7 +350,9 @@ def save(result: ArmResult, directory: Path) -> None:
     (directory / "pods.json").write_text(json.dumps([asdict(r) for r in result.pods.values()]))
     (directory / "arm.json").write_text(json.dumps({
         "end": result.end, "cluster_up_s": result.cluster_up_s, "create_errors": result.create_errors,
-        "stop_reason": result.stop_reason, "notes": result.notes}, indent=1))
+        "stop_reason": result.stop_reason, "notes": result.notes, "cpu_samples": result.cpu_samples,
+        "percentage_of_nodes_to_score": result.percentage_of_nodes_to_score,
+        "load_average_1m": result.load_average_1m}, indent=1))
     (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
     if result.extender_metrics:
         (directory / "extender-metrics.prom").write_text(result.extender_metrics)
@@ -310,4 +366,14 @@ def load(directory: Path, arm: str) -> ArmResult:
     return ArmResult(arm, pods, meta["end"], meta["cluster_up_s"], meta["create_errors"],
                      extender_metrics=ext.read_text() if ext.exists() else "",
                      scheduler_metrics=(directory / "scheduler-metrics.prom").read_text(),
-                     stop_reason=meta["stop_reason"], notes=meta["notes"])
+                     stop_reason=meta["stop_reason"], notes=meta["notes"],
+                     # Absent in directories written before issue 13.
+                     cpu_samples=meta.get("cpu_samples") or {},
+                     percentage_of_nodes_to_score=meta["percentage_of_nodes_to_score"]
+                     if "percentage_of_nodes_to_score" in meta else _percentage_or_unknown(directory),
+                     load_average_1m=meta.get("load_average_1m") or [])
+
+
+def _percentage_or_unknown(directory: Path) -> int | None | str:
+    config_file = directory / "cluster" / "scheduler-config.yaml"
+    return _percentage(config_file) if config_file.exists() else "unknown"
