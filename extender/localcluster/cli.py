@@ -61,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     restart.set_defaults(func=run_restart_extender)
 
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
+    build.add_argument("--with-kueue", action="store_true",
+                       help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
     build.set_defaults(func=run_build)
 
 
@@ -148,7 +150,7 @@ def run_restart_extender(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure()
+        bins = binaries.ensure(with_kueue=args.with_kueue)
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():
