@@ -1,7 +1,8 @@
 """Build (once per machine and version) the control-plane binaries from the Go module proxy.
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
-under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``). ``go install pkg@version``
+under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and ``tools/kueue`` for the
+optional Kueue manager, built only when asked for). ``go install pkg@version``
 cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
 directives; a helper module that requires them (and pins the Kubernetes staging modules to
 their published tags) can. See KUBE-FACTS.md section 3.
@@ -14,6 +15,7 @@ of Kubernetes takes many minutes on 2 cores, so progress goes to stderr as it co
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -63,6 +65,9 @@ class Component:
     """The pinned module whose ``require`` line gives the version."""
     packages: dict[str, str]
     """Binary name -> main package path."""
+    answers_version: bool = True
+    """The binaries print their version for ``--version``. Kueue's manager has no such flag:
+    its build info (``go version -m``) is read instead."""
 
     def version(self, tools_dir: Path = TOOLS_DIR) -> str:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
@@ -71,10 +76,13 @@ class Component:
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
-        Only Kubernetes needs them: component-base defaults to ``v0.0.0-master``. etcd
-        (``api/v3/version.Version``) and kwok (``pkg/consts.Version``) carry their release
-        in the source of the tagged module.
+        Kubernetes' component-base defaults to ``v0.0.0-master`` and Kueue's
+        ``pkg/version.GitVersion`` to ``v0.0.0-main`` (its Makefile sets it from the git tag; the
+        manager logs it at start). etcd (``api/v3/version.Version``) and kwok
+        (``pkg/consts.Version``) carry their release in the source of the tagged module.
         """
+        if self.name == "kueue":
+            return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
         if self.name != "kubernetes":
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
@@ -113,7 +121,17 @@ KWOK = Component(
     module="sigs.k8s.io/kwok",
     packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
 )
+KUEUE = Component(
+    name="kueue",
+    tool_dir="kueue",
+    module="sigs.k8s.io/kueue",
+    packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+    answers_version=False,
+)
 COMPONENTS = (ETCD, KWOK, KUBERNETES)  # smallest first: early failures come early
+#: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``):
+#: every cluster needs COMPONENTS, few need Kueue, and its cold build adds minutes.
+OPTIONAL_COMPONENTS = (KUEUE,)
 
 
 def required_version(go_mod: Path, module: str) -> str:
@@ -145,6 +163,8 @@ class Binaries:
     kube_apiserver: Path
     kube_scheduler: Path
     kwok: Path
+    kueue: Path | None = None
+    """Kueue's manager; None unless asked for (``ensure(with_kueue=True)``)."""
 
 
 def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
@@ -161,15 +181,18 @@ def ensure(
     root: Path | None = None,
     tools_dir: Path = TOOLS_DIR,
     log: TextIO = sys.stderr,
+    with_kueue: bool = False,
 ) -> Binaries:
     """Every binary, from the cache or freshly built; raises BuildError with one clear line."""
     root = root or cache_root()
-    dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in COMPONENTS}
+    wanted = COMPONENTS + ((KUEUE,) if with_kueue else ())
+    dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in wanted}
     return Binaries(
         etcd=dirs["etcd"] / "etcd",
         kube_apiserver=dirs["kubernetes"] / "kube-apiserver",
         kube_scheduler=dirs["kubernetes"] / "kube-scheduler",
         kwok=dirs["kwok"] / "kwok",
+        kueue=dirs["kueue"] / "kueue" if with_kueue else None,
     )
 
 
@@ -195,7 +218,7 @@ def ensure_component(component: Component, root: Path, tools_dir: Path, log: Tex
         staging.chmod(0o755)  # mkdtemp makes it owner-only; the binaries are not secret
         try:
             _build(go, component, version, tools_dir / component.tool_dir, staging, build_log, log)
-            _check_versions(component, version, staging)
+            _check_versions(component, version, staging, go)
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
@@ -295,10 +318,13 @@ def _build(
     print(f"railyard: built {label} in {_elapsed(started)}", file=log, flush=True)
 
 
-def _check_versions(component: Component, version: str, directory: Path) -> None:
-    """Refuse binaries whose ``--version`` does not report the pinned version."""
+def _check_versions(component: Component, version: str, directory: Path, go: str = "go") -> None:
+    """Refuse binaries whose ``--version`` (or build info) does not report the pinned version."""
     marker = component.version_marker(version)
     for name in component.packages:
+        if not component.answers_version:
+            _check_build_info(component, version, directory / name, go)
+            continue
         try:
             result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -306,6 +332,51 @@ def _check_versions(component: Component, version: str, directory: Path) -> None
         reported = (result.stdout + result.stderr).strip()
         if marker not in reported:
             raise BuildError(f"{name} built from {component.module} {version} reports {reported!r}")
+
+
+def _check_build_info(component: Component, version: str, binary: Path, go: str) -> None:
+    """The module line ``go version -m`` prints for ``component.module`` must name ``version``."""
+    try:
+        result = subprocess.run([go, "version", "-m", str(binary)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"cannot read the build info of {binary}: {exc}") from exc
+    if not build_info_names(result.stdout, component.module, version):
+        raise BuildError(f"{binary.name} built from {component.module} {version} does not embed that module "
+                         f"version (go version -m: {result.stdout.strip()[:300]!r})")
+
+
+def build_info_names(build_info: str, module: str, version: str) -> bool:
+    """True if ``go version -m`` output lists ``module`` at ``version`` (as main module or dep)."""
+    for line in build_info.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] in ("mod", "dep") and fields[1] == module and fields[2] == version:
+            return True
+    return False
+
+
+def module_dir(component: Component, tools_dir: Path = TOOLS_DIR) -> Path:
+    """The pinned module's source tree in GOMODCACHE (``go mod download`` first, so it is there).
+
+    Kueue's CRDs and webhook configurations are read from here at ``cluster up``: they belong to
+    the same version as the binary and are never copied into this repository.
+    """
+    version = component.version(tools_dir)
+    go = find_go()
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{component.module}@{version}"],
+        cwd=tools_dir / component.tool_dir, env=go_env(), capture_output=True, text=True,
+    )
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    directory = info.get("Dir")
+    if result.returncode != 0 or not directory:
+        detail = info.get("Error") or (result.stderr.strip().splitlines() or ["no output"])[-1]
+        hint = " (check the network or GOPROXY)" if any(m in detail for m in _PROXY_ERRORS) else ""
+        raise BuildError(f"cannot get the source of {component.module} {version}: `go mod download` "
+                         f"in tools/{component.tool_dir} failed{hint}: {detail}")
+    return Path(directory)
 
 
 def _explain(label: str, output: str, build_log: Path) -> str:
@@ -334,8 +405,10 @@ def _elapsed(since: float) -> str:
 def describe(root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> list[str]:
     """One line per component: version and whether it is cached (for ``cluster status``)."""
     lines = []
-    for component in COMPONENTS:
+    for component in COMPONENTS + OPTIONAL_COMPONENTS:
         state = "cached" if is_cached(component, root, tools_dir) else "not built yet"
+        if component in OPTIONAL_COMPONENTS and state != "cached":
+            state += " (optional: --with-kueue)"
         lines.append(f"{component.name} {component.version(tools_dir)}: {state} in {cached_dir(component, root, tools_dir)}")
     return lines
 

@@ -18,7 +18,7 @@ from extender.localcluster.errors import ClusterError
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster",
-        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with fake GPU nodes",
+        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok; optionally Kueue) with fake GPU nodes",
         description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
     )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -43,6 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--runtime-config", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                     metavar="GROUP/VERSION=BOOL,...",
                     help="kube-apiserver --runtime-config, e.g. scheduling.k8s.io/v1beta1=true")
+    up.add_argument("--with-kueue", dest="kueue", action="store_true",
+                    help="also run Kueue's manager (tools/kueue): its CRDs, webhooks on 127.0.0.1, "
+                         "integrations pod and batch/job")
+    up.add_argument("--kueue-feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
+                    help="Kueue feature gates, e.g. TopologyAwareScheduling=false (TAS is on by default)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="how long each component may take to become healthy (default: 180)")
     up.set_defaults(func=run_up)
@@ -61,6 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     restart.set_defaults(func=run_restart_extender)
 
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
+    build.add_argument("--with-kueue", action="store_true",
+                       help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
     build.set_defaults(func=run_build)
 
 
@@ -100,6 +107,8 @@ def run_up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         feature_gates=args.feature_gates,
         runtime_config=args.runtime_config,
+        kueue=args.kueue,
+        kueue_feature_gates=args.kueue_feature_gates,
     )
     # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -133,6 +142,11 @@ def run_status(args: argparse.Namespace) -> int:
     if state:
         print(f"api server      {state.get('apiServer')}  ({state.get('nodes')} nodes, {state.get('phase')})")
         print(f"extender        {state.get('extender') or 'off'}")
+        kueue = state.get("kueue")
+        if kueue:
+            tas = "on" if kueue.get("topologyAwareScheduling") else "off"
+            print(f"kueue           {kueue.get('version')}  webhooks {kueue.get('webhooks')}, "
+                  f"health {kueue.get('health')}, metrics {kueue.get('metrics')}, TAS {tas}")
         print(f"kubeconfig      {state.get('kubeconfig')}")
     return 0 if all(p.running for p in procs) else 1
 
@@ -148,7 +162,7 @@ def run_restart_extender(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure()
+        bins = binaries.ensure(with_kueue=args.with_kueue)
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

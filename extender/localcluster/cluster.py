@@ -3,9 +3,11 @@
 Order of ``up``: check the workdir and every input (nothing started yet) -> binaries (built
 once per machine) -> PKI and kubeconfig -> etcd -> kube-apiserver (/readyz) -> nodes and
 filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler (/readyz, informers
-synced) -> every node listed. The extender starts before the scheduler so the scheduler's
-first pod never meets a missing extender. Any failure, Ctrl-C included, stops what was
-started before the error is raised: ``up`` never leaves a half cluster running.
+synced) -> with ``--with-kueue``: Kueue's CRDs (Established), its manager (/readyz), its
+webhook configurations (until the API server calls them) -> every node listed. The extender
+starts before the scheduler so the scheduler's first pod never meets a missing extender. Any
+failure, Ctrl-C included, stops what was started before the error is raised: ``up`` never
+leaves a half cluster running.
 
 Workdir layout::
 
@@ -14,6 +16,7 @@ Workdir layout::
     <workdir>/pids/<name>.pid     "<pid> <start time>" per running process
     <workdir>/logs/<name>.log     each component's output
     <workdir>/pki/  etcd/  scheduler-config.yaml  kwok-stages.yaml
+    <workdir>/kueue-config.yaml  kueue/certs/   with --with-kueue
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ import urllib3
 import yaml
 
 from extender.localcluster import binaries as binaries_mod
-from extender.localcluster import config, identity, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster import config, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
-COMPONENTS = ("kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
+COMPONENTS = ("kueue", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
 DEFAULT_WORKDIR = Path(".railyard/cluster")
 #: Concurrent node/pod creations: enough to keep the API server busy on 2 cores.
 CREATE_PARALLELISM = 16
@@ -69,6 +72,11 @@ class UpOptions:
     ``{"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}`` (native gangs)."""
     runtime_config: tuple[str, ...] = ()
     """kube-apiserver ``--runtime-config`` entries, e.g. ``("scheduling.k8s.io/v1beta1=true",)``."""
+    kueue: bool = False
+    """Also run Kueue's manager (``--with-kueue``): CRDs, webhooks, ``kueue`` process."""
+    kueue_feature_gates: dict[str, bool] = field(default_factory=dict)
+    """Kueue feature gates (its Configuration's ``featureGates``), e.g.
+    ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class ClusterInfo:
     nodes: int
     seconds: float = 0.0
     pids: dict[str, int] = field(default_factory=dict)
+    kueue: dict[str, Any] | None = None
+    """What runs of Kueue (version, URLs, feature gates), as ``cluster.json`` records it."""
 
 
 def _say(log: TextIO, message: str) -> None:
@@ -102,7 +112,13 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
         check_extender_available()
     if options.apiserver_port and processes.port_in_use(options.apiserver_port):
         raise ClusterError(f"port {options.apiserver_port} on 127.0.0.1 is in use; pick another --apiserver-port or 0")
-    bins = options.binaries or binaries_mod.ensure(log=log)
+    if options.kueue_feature_gates and not options.kueue:
+        raise ClusterError("Kueue feature gates were given without --with-kueue")
+    problems = kueue_mod.gate_problems(options.kueue_feature_gates) if options.kueue else []
+    if problems:
+        raise ClusterError("; ".join(problems))
+    bins = options.binaries or binaries_mod.ensure(log=log, with_kueue=options.kueue)
+    kueue_sources = _kueue_sources(bins) if options.kueue else None
 
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +127,7 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     except OSError as exc:
         raise ClusterError(f"cannot use workdir {workdir}: {exc.strerror or exc}") from exc
     try:
-        info = _start_all(workdir, options, node_set, custom_config, bins, log, started)
+        info = _start_all(workdir, options, node_set, custom_config, bins, kueue_sources, log, started)
     except BaseException as exc:
         _say(log, "start failed; stopping what was started")
         down(workdir, log=log, quiet=True)
@@ -127,10 +143,11 @@ def _start_all(
     node_set: nodes_mod.NodeSet,
     custom_config: dict[str, Any] | None,
     bins: binaries_mod.Binaries,
+    kueue_sources: kueue_mod.Sources | None,
     log: TextIO,
     started: float,
 ) -> ClusterInfo:
-    ports = _pick_ports(options.apiserver_port)
+    ports = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None)
     pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
     api_url = f"https://{config.HOST}:{ports.apiserver}"
     kubeconfig_file = workdir / "kubeconfig"
@@ -183,18 +200,89 @@ def _start_all(
         workdir, scheduler,
         lambda: _http_ok(f"https://{config.HOST}:{ports.scheduler}/readyz", insecure=True), timeout)
 
+    kueue_state = None
+    if kueue_sources is not None:
+        assert bins.kueue is not None
+        kueue_state = _start_kueue(workdir, api, pki, ports, bins.kueue, kueue_sources, kubeconfig_file,
+                                   options.kueue_feature_gates, env, log, timeout)
+
     missing = api.missing_nodes(node_set.names)
     if missing:
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
-    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running")
+    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
         workdir=workdir, kubeconfig=kubeconfig_file, api_url=api_url, ports=ports,
         extender_url=ext_url, nodes=len(node_set.nodes), seconds=seconds,
-        pids={p.name: p.pid for p in processes.recorded(workdir)},
+        pids={p.name: p.pid for p in processes.recorded(workdir)}, kueue=kueue_state,
     )
+
+
+def _kueue_sources(bins: binaries_mod.Binaries) -> kueue_mod.Sources:
+    """Kueue's CRDs and webhook configurations from its module, and its metrics cert: checked
+    before anything starts."""
+    if bins.kueue is None:
+        raise ClusterError("--with-kueue needs the Kueue binary; the binaries given have none")
+    sources = kueue_mod.load_sources(binaries_mod.module_dir(binaries_mod.KUEUE))
+    kueue_mod.ensure_metrics_cert()
+    return sources
+
+
+def _start_kueue(
+    workdir: Path,
+    api: "ApiClient",
+    pki: pki_mod.Pki,
+    ports: config.Ports,
+    binary: Path,
+    sources: kueue_mod.Sources,
+    kubeconfig_file: Path,
+    feature_gates: dict[str, bool],
+    env: dict[str, str],
+    log: TextIO,
+    timeout: float,
+) -> dict[str, Any]:
+    """Install Kueue's CRDs, run its manager, then register its webhooks; return its state."""
+    version = binaries_mod.KUEUE.version()
+    base = kueue_mod.webhook_base(ports)
+    ca = pki.ca_cert.read_bytes()
+    _say(log, f"installing Kueue {version}: namespace {kueue_mod.NAMESPACE}, {len(sources.crds)} CRDs")
+    api.create("/api/v1/namespaces", {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue_mod.NAMESPACE}})
+    crds = kueue_mod.bind_crds(sources.crds, base, ca)
+    for crd in crds:
+        api.create(kueue_mod.CRD_PATH, crd)
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while not api.crd_established(name):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"Kueue CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    cert_dir = workdir / "kueue" / "certs"
+    pki_mod.issue_serving_cert(pki, cert_dir / "tls.crt", cert_dir / "tls.key", "kueue-webhooks")
+    config_file = workdir / "kueue-config.yaml"
+    config_file.write_text(config.dump_yaml(kueue_mod.manager_config(ports, cert_dir, feature_gates)))
+    _say(log, f"starting Kueue {version}: webhooks on {base}")
+    kueue = processes.start(workdir, "kueue", kueue_mod.manager_args(binary, config_file, kubeconfig_file), env)
+    wait_healthy(workdir, kueue, lambda: _http_ok(f"http://{config.HOST}:{ports.kueue_health}/readyz"), timeout)
+
+    # Only now: the pod webhook fails every pod creation (failurePolicy Fail) while it is unreachable.
+    for webhook_config in kueue_mod.bind_webhooks(sources.webhook_configurations, base, ca):
+        api.create(kueue_mod.WEBHOOK_PATHS[webhook_config["kind"]], webhook_config)
+    wait_healthy(workdir, kueue, api.kueue_gates_pods, timeout)
+    gates = kueue_mod.effective_gates(feature_gates)
+    return {
+        "version": version,
+        "webhooks": base,
+        "health": f"http://{config.HOST}:{ports.kueue_health}",
+        "metrics": f"https://{config.HOST}:{ports.kueue_metrics}/metrics",
+        "frameworks": list(kueue_mod.FRAMEWORKS),
+        "featureGates": gates,
+        "topologyAwareScheduling": kueue_mod.tas_enabled(gates),
+    }
 
 
 def check_workdir(workdir: Path) -> None:
@@ -246,7 +334,7 @@ def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
     return doc
 
 
-def _pick_ports(apiserver_port: int) -> config.Ports:
+def _pick_ports(apiserver_port: int, kueue: bool = False) -> config.Ports:
     picked: set[int] = set()
 
     def fresh() -> int:
@@ -259,6 +347,7 @@ def _pick_ports(apiserver_port: int) -> config.Ports:
     return config.Ports(
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
         scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
+        **({"kueue_webhook": fresh(), "kueue_health": fresh(), "kueue_metrics": fresh()} if kueue else {}),
     )
 
 
@@ -293,11 +382,13 @@ def _http_ok(url: str, insecure: bool = False) -> bool:
 
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
-                 ext_url: str | None, nodes: int, phase: str) -> None:
+                 ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
     }
+    if kueue is not None:
+        state["kueue"] = kueue
     (workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
 
 
@@ -345,6 +436,22 @@ class ApiClient:
         if status not in (200, 201, 202, 409):
             name = obj.get("metadata", {}).get("name")
             raise ClusterError(f"creating {obj.get('kind')} {name} failed: HTTP {status}: {_api_message(data)}")
+
+    def crd_established(self, name: str) -> bool:
+        status, data = self.request("GET", f"{kueue_mod.CRD_PATH}/{name}")
+        if status != 200:
+            return False
+        conditions = json.loads(data).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    def kueue_gates_pods(self) -> bool:
+        """True once a dry-run pod with a queue name comes back gated: the API server calls
+        Kueue's pod webhook (it picks up new webhook configurations within a second or so)."""
+        try:
+            status, data = self.request("POST", "/api/v1/namespaces/default/pods?dryRun=All", kueue_mod.probe_pod())
+        except urllib3.exceptions.HTTPError:
+            return False
+        return status in (200, 201) and kueue_mod.is_gated(json.loads(data))
 
     def missing_nodes(self, names: list[str]) -> list[str]:
         status, data = self.request("GET", "/api/v1/nodes")

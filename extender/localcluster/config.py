@@ -57,9 +57,16 @@ class Ports:
     extender: int
     extender_grpc: int
     """The extender's gRPC API (``railyard explain``); its default 8889 would clash."""
+    kueue_webhook: int = 0
+    """Kueue's admission and conversion webhooks (HTTPS); 0 = no Kueue (``--with-kueue``)."""
+    kueue_health: int = 0
+    """Kueue's ``/healthz`` and ``/readyz`` (HTTP)."""
+    kueue_metrics: int = 0
+    """Kueue's ``/metrics`` (HTTPS, bearer token)."""
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+        """Every port in use (Kueue's only when it runs)."""
+        return {k: v for k, v in self.__dict__.items() if v or not k.startswith("kueue_")}
 
 
 #: In a ``--scheduler-config`` file, stands for ``http://127.0.0.1:<extender port>``.

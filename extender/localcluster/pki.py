@@ -85,7 +85,8 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: datetime.datetime) -> x509.CertificateBuilder:
+def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: datetime.datetime,
+             validity: datetime.timedelta = _VALIDITY) -> x509.CertificateBuilder:
     # Backdated a minute so a client whose clock is a little behind still accepts the cert.
     return (
         x509.CertificateBuilder()
@@ -94,7 +95,7 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: datetime.da
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + validity)
     )
 
 
@@ -175,6 +176,59 @@ def generate(directory: Path, service_ip: str = "10.0.0.1") -> Pki:
         ),
     )
     return pki
+
+
+def issue_serving_cert(pki: Pki, cert_path: Path, key_path: Path, common_name: str,
+                       ips: tuple[str, ...] = ("127.0.0.1",), dns_names: tuple[str, ...] = ("localhost",)) -> None:
+    """A serving cert for another local server (Kueue's webhooks), signed by the cluster CA.
+
+    The API server verifies a webhook against the ``caBundle`` of its configuration: the
+    cluster CA, so the same bundle serves every webhook this cluster calls.
+    """
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key, cert = _leaf(ca_key, ca_cert.subject, _name(common_name), ExtendedKeyUsageOID.SERVER_AUTH, sans, now)
+    Path(cert_path).parent.mkdir(parents=True, exist_ok=True)
+    _write(Path(cert_path), _cert_pem(cert))
+    _write(Path(key_path), _key_pem(key), private=True)
+
+
+def self_signed_serving_cert(common_name: str, days: int,
+                             ips: tuple[str, ...] = ("127.0.0.1",),
+                             dns_names: tuple[str, ...] = ("localhost",)) -> tuple[bytes, bytes]:
+    """(cert PEM, key PEM) of a self-signed serving cert, for a server whose certificate path
+    is fixed outside any one cluster (Kueue's metrics endpoint, see ``kueue.py``)."""
+    key = _new_key()
+    name = _name(common_name)
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        _builder(name, name, key.public_key(), now, datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return _cert_pem(cert), _key_pem(key)
+
+
+def valid_pair(cert_pem: bytes, key_pem: bytes, min_remaining: datetime.timedelta) -> bool:
+    """True if the PEMs are a certificate and its private key, valid for ``min_remaining`` more."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return False
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if (cert.public_key().public_bytes(serialization.Encoding.DER, public)
+            != key.public_key().public_bytes(serialization.Encoding.DER, public)):
+        return False
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return cert.not_valid_before_utc <= now and cert.not_valid_after_utc - now >= min_remaining
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:

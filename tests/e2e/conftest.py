@@ -6,6 +6,8 @@
 - ``gpu_cluster``: one shared cluster per session (no extender): four
   schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node
   (``helpers.default_nodes()``).
+- ``kueue_binaries``: what ``local_cluster(..., kueue=True)`` needs (the optional Kueue build
+  and its fixed-path metrics certificate), or skip / fail as for the other binaries.
 
 Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
 it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
@@ -22,7 +24,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from extender.localcluster import binaries, cluster
+from extender.localcluster import binaries, cluster, kueue as kueue_mod
 from extender.localcluster.errors import ClusterError
 
 from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
@@ -44,6 +46,22 @@ def control_plane_binaries() -> binaries.Binaries:
         pytest.fail(f"cannot get the control-plane binaries: {exc}", pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def kueue_binaries(control_plane_binaries) -> binaries.Binaries:
+    """The binaries with Kueue's manager, or skip (locally, never built) / fail (CI)."""
+    if not _in_ci() and not binaries.is_cached(binaries.KUEUE):
+        pytest.skip("Kueue not built yet: run `railyard cluster build --with-kueue` "
+                    "(with CI=true the tests build it and fail instead of skipping)")
+    try:
+        bins = binaries.ensure(with_kueue=True)
+        kueue_mod.ensure_metrics_cert()
+    except ClusterError as exc:
+        if not _in_ci():
+            pytest.skip(f"cannot run Kueue here: {exc}")
+        pytest.fail(f"cannot run Kueue: {exc}", pytrace=False)
+    return bins
+
+
 class ClusterStarter:
     """Starts clusters with ``railyard cluster up`` and stops every one of them on ``stop_all``."""
 
@@ -53,7 +71,8 @@ class ClusterStarter:
         atexit.register(self.stop_all)  # last resort if pytest itself is torn down abruptly
 
     def __call__(self, *, nodes: list[dict[str, Any]] | None = None, topology: str | None = None,
-                 extender: bool = False, scheduler_config: Path | None = None) -> Cluster:
+                 extender: bool = False, scheduler_config: Path | None = None,
+                 kueue: bool = False, kueue_feature_gates: str | None = None) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
         if nodes is not None:
@@ -70,6 +89,10 @@ class ClusterStarter:
             args += ["--scheduler-config", str(scheduler_config)]
         if not extender:
             args.append("--no-extender")
+        if kueue:
+            args.append("--with-kueue")
+        if kueue_feature_gates:
+            args += ["--kueue-feature-gates", kueue_feature_gates]
         self._workdirs.append(workdir)  # before `up`: stop_all also cleans a half start
         result = run_railyard(*args, check=False)
         if result.returncode != 0:

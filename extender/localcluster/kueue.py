@@ -1,0 +1,297 @@
+"""Kueue on the local cluster: its manager's configuration, CRDs and webhook configurations.
+
+What ``cluster up --with-kueue`` needs, as functions over the Kueue module's own files (its
+source tree in GOMODCACHE, ``binaries.module_dir(KUEUE)``: the same version as the binary, never
+copied into this repository) and the cluster's ports and CA. Facts from the v0.17.0 source
+that shape this module (``cmd/kueue/main.go``, ``pkg/config``, ``pkg/visibility``, ``config/``):
+
+- The manager serves its admission webhooks (``/mutate-...``, ``/validate-...``) and the CRD
+  conversion webhook (``/convert``) itself. Nothing routes Services here, so every
+  ``clientConfig.service`` becomes ``url: https://127.0.0.1:<port><path>`` with the cluster CA
+  as ``caBundle``, and the serving cert is issued by that CA. ``internalCertManagement`` is off:
+  its rotator would issue a cert for ``kueue-webhook-service.kueue-system.svc`` only and rewrite
+  the bundles.
+- With internal cert management off, the manager reads its metrics serving cert from the fixed
+  path ``/etc/kueue/metrics/certs/tls.{crt,key}`` (no flag, no field) and exits when the files
+  are missing, even with metrics disabled. ``ensure_metrics_cert`` provides them.
+- The visibility API server (gate ``VisibilityOnDemand``, on by default) reads its cert from the
+  fixed path ``/visibility`` the same way; it is an aggregated API nothing here uses: off.
+- ``TopologyAwareScheduling`` is Beta and on by default (since v0.14). With it on, the pod
+  webhook adds a second scheduling gate, ``kueue.x-k8s.io/topology``, which admission removes
+  too when the workload's flavor has no topology.
+- The pod webhook (``mpod.kb.io``, ``failurePolicy: Fail``) sees every pod created outside
+  ``kube-system`` and ``kueue-system``: the webhook configurations are created only once the
+  manager is ready, and ``cluster up`` waits until the API server calls it.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.localcluster import pki as pki_mod
+from extender.localcluster.config import HOST, Ports
+from extender.localcluster.errors import ClusterError
+
+#: The namespace the manager calls its own (``Configuration.namespace``; its default too).
+NAMESPACE = "kueue-system"
+#: Integrations enabled: plain pods and pod groups, and batch/v1 Jobs (Kueue's default; a
+#: built-in API). JobSet, Kubeflow, Ray... need CRDs this cluster does not install.
+FRAMEWORKS = ("pod", "batch/job")
+#: Fixed in cmd/kueue/main.go for ``internalCertManagement.enable: false``.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+#: The gate for topology-aware scheduling, and gates this cluster always sets.
+TAS_GATE = "TopologyAwareScheduling"
+FORCED_GATES = {"VisibilityOnDemand": False}
+#: Kueue's own client; its defaults (20 / 30) throttle a benchmark's thousands of pods.
+CLIENT_QPS = 1000
+CLIENT_BURST = 2000
+#: Scheduling gates the pod webhook adds (``pkg/controller/jobs/pod/constants``,
+#: ``apis/kueue/v1beta2/topology_types.go``).
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+WEBHOOK_PATHS = {
+    "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+}
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the Workload CRD is 1.4 MB of YAML
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Kueue's objects as its kustomize config would render them, before binding to a cluster."""
+
+    crds: list[dict[str, Any]]
+    webhook_configurations: list[dict[str, Any]]
+
+
+def load_sources(module_dir: Path) -> Sources:
+    """Read the CRDs and webhook configurations of the Kueue module at ``module_dir``.
+
+    Applies what ``config/default`` would: the CRD conversion patches listed in
+    ``config/components/crd/kustomization.yaml``, the webhook patches (namespace selectors) of
+    ``config/components/webhook/kustomization.yaml``, and the ``namePrefix`` of
+    ``config/default/kustomization.yaml``. Raises ClusterError naming the file that is missing.
+    """
+    components = Path(module_dir) / "config" / "components"
+    crd_kustomization = _read_yaml(components / "crd" / "kustomization.yaml")
+    crds = [_read_yaml(components / "crd" / name) for name in crd_kustomization.get("resources") or []]
+    _apply_patches(crds, _patches(components / "crd", crd_kustomization))
+
+    webhook_dir = components / "webhook"
+    webhook_kustomization = _read_yaml(webhook_dir / "kustomization.yaml")
+    configs = [d for d in _read_yaml_all(webhook_dir / "manifests.yaml")
+               if d and d.get("kind") in WEBHOOK_PATHS]
+    _apply_patches(configs, _patches(webhook_dir, webhook_kustomization))
+    prefix = _read_yaml(Path(module_dir) / "config" / "default" / "kustomization.yaml").get("namePrefix", "")
+    for config in configs:
+        config["metadata"]["name"] = prefix + config["metadata"]["name"]
+    if not crds or not configs:
+        raise ClusterError(f"no Kueue CRDs or webhook configurations found under {components}")
+    return Sources(crds=crds, webhook_configurations=configs)
+
+
+def bind_crds(crds: list[dict[str, Any]], webhook_base: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """The CRDs with every conversion webhook pointed at ``webhook_base`` (``https://host:port``)."""
+    bound = copy.deepcopy(crds)
+    for crd in bound:
+        webhook = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook")
+        if webhook and "clientConfig" in webhook:
+            webhook["clientConfig"] = _client_config(webhook["clientConfig"], webhook_base, ca_pem)
+    return bound
+
+
+def bind_webhooks(configs: list[dict[str, Any]], webhook_base: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """The webhook configurations with every webhook pointed at ``webhook_base``."""
+    bound = copy.deepcopy(configs)
+    for config in bound:
+        for webhook in config.get("webhooks") or []:
+            webhook["clientConfig"] = _client_config(webhook["clientConfig"], webhook_base, ca_pem)
+    return bound
+
+
+def _client_config(client_config: dict[str, Any], webhook_base: str, ca_pem: bytes) -> dict[str, Any]:
+    path = (client_config.get("service") or {}).get("path") or ""
+    return {"url": webhook_base + path, "caBundle": base64.b64encode(ca_pem).decode()}
+
+
+def webhook_base(ports: Ports) -> str:
+    return f"https://{HOST}:{ports.kueue_webhook}"
+
+
+def effective_gates(requested: dict[str, bool] | None) -> dict[str, bool]:
+    """The ``featureGates`` of the Configuration: ``FORCED_GATES`` plus what was asked for."""
+    return {**FORCED_GATES, **(requested or {})}
+
+
+def gate_problems(requested: dict[str, bool] | None) -> list[str]:
+    """Requested Kueue feature gates this cluster cannot run (checked before anything starts)."""
+    problems = []
+    for name, forced in FORCED_GATES.items():
+        if name in (requested or {}) and requested[name] != forced:
+            problems.append(
+                f"Kueue feature gate {name}={str(requested[name]).lower()} is not supported here: the "
+                "visibility server reads its certificate from the fixed path /visibility (v0.17.0)")
+    return problems
+
+
+def tas_enabled(gates: dict[str, bool]) -> bool:
+    """Whether TAS runs with these gates (unset = Kueue's default, on since v0.14)."""
+    return gates.get(TAS_GATE, True)
+
+
+def manager_config(ports: Ports, cert_dir: Path, feature_gates: dict[str, bool] | None = None,
+                   frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
+    """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for this cluster.
+
+    Loopback only: webhooks on ``ports.kueue_webhook`` (cert in ``cert_dir``: ``tls.crt``,
+    ``tls.key``), health probes (``/healthz``, ``/readyz``) over HTTP on ``ports.kueue_health``,
+    metrics over HTTPS on ``ports.kueue_metrics`` (bearer token, authorized by the API server).
+    One manager: leader election off. Unknown fields fail Kueue's strict decoding, so only
+    fields of v1beta2 are set.
+    """
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"{HOST}:{ports.kueue_health}"},
+        "metrics": {"bindAddress": f"{HOST}:{ports.kueue_metrics}"},
+        "webhook": {"host": HOST, "port": ports.kueue_webhook, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": CLIENT_QPS, "burst": CLIENT_BURST},
+        "integrations": {"frameworks": list(frameworks)},
+        "featureGates": dict(sorted(effective_gates(feature_gates).items())),
+    }
+
+
+def manager_args(binary: Path, config_file: Path, kubeconfig_file: Path) -> list[str]:
+    # Feature gates go in the Configuration only: Kueue refuses --feature-gates and
+    # featureGates together.
+    return [str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig_file}"]
+
+
+def probe_pod() -> dict[str, Any]:
+    """A pod the pod webhook must gate; created with ``dryRun=All`` to see whether the API
+    server calls the webhook yet (the queue need not exist for the gate to be added)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "railyard-kueue-probe", "labels": {QUEUE_LABEL: "railyard-probe"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+
+
+def is_gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def ensure_metrics_cert(directory: Path = METRICS_CERT_DIR) -> Path:
+    """Make sure ``directory`` holds a valid ``tls.crt``/``tls.key`` pair; return ``directory``.
+
+    A pair already there (ours from an earlier run, or anyone's) is kept while it is valid for
+    another day. Otherwise a self-signed one for 127.0.0.1/localhost is written (every local
+    cluster shares it: the path is fixed, one per machine). Raises ClusterError with what to
+    do when the directory cannot be written.
+    """
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    if _valid_files(cert, key):
+        return directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / ".railyard.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _valid_files(cert, key):
+                cert_pem, key_pem = pki_mod.self_signed_serving_cert("railyard-local kueue metrics", days=3650)
+                _replace(key, key_pem, 0o600)
+                _replace(cert, cert_pem, 0o644)
+    except OSError as exc:
+        raise ClusterError(
+            f"Kueue v0.17 with internalCertManagement off reads its metrics certificate from "
+            f"{cert} and {key} (a fixed path) and railyard cannot write them ({exc.strerror or exc}); "
+            f"create them once, e.g. `sudo mkdir -p {directory} && sudo openssl req -x509 -newkey "
+            f"ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 -subj /CN=localhost "
+            f"-addext subjectAltName=IP:127.0.0.1 -keyout {key} -out {cert} && sudo chmod a+r {key}`"
+        ) from exc
+    return directory
+
+
+def _valid_files(cert: Path, key: Path) -> bool:
+    try:
+        return pki_mod.valid_pair(cert.read_bytes(), key.read_bytes(), datetime.timedelta(days=1))
+    except OSError:
+        return False
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------ kustomize, the part Kueue uses
+
+def _patches(directory: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
+    """The patch documents a kustomization lists: files (``path``) or inline (``patch``)."""
+    docs: list[dict[str, Any]] = []
+    for entry in kustomization.get("patches") or []:
+        if "target" in entry:  # selector-targeted patches: none in the files read here
+            raise ClusterError(f"unsupported targeted patch in {directory}/kustomization.yaml: {entry}")
+        if "path" in entry:
+            docs += [d for d in _read_yaml_all(directory / entry["path"]) if d]
+        elif "patch" in entry:
+            docs += [d for d in yaml.load_all(entry["patch"], Loader=_Loader) if d]
+    return docs
+
+
+def _apply_patches(objects: list[dict[str, Any]], patches: list[dict[str, Any]]) -> None:
+    """Strategic merge, as far as these objects need it: maps merge, ``webhooks`` merge by name."""
+    index = {(o.get("kind"), o["metadata"]["name"]): o for o in objects}
+    for patch in patches:
+        key = (patch.get("kind"), patch["metadata"]["name"])
+        if key not in index:
+            raise ClusterError(f"a Kueue kustomize patch targets {key[0]} {key[1]}, which is not there")
+        _merge(index[key], {k: v for k, v in patch.items() if k not in ("apiVersion", "kind", "metadata")})
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if key == "webhooks" and isinstance(value, list):
+            by_name = {w["name"]: w for w in base.get(key) or []}
+            for item in value:
+                if item["name"] in by_name:
+                    _merge(by_name[item["name"]], item)
+                else:
+                    base.setdefault(key, []).append(copy.deepcopy(item))
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    docs = [d for d in _read_yaml_all(path) if d]
+    if len(docs) != 1:
+        raise ClusterError(f"{path}: expected one YAML document, found {len(docs)}")
+    return docs[0]
+
+
+def _read_yaml_all(path: Path) -> list[Any]:
+    try:
+        return list(yaml.load_all(Path(path).read_text(), Loader=_Loader))
+    except OSError as exc:
+        raise ClusterError(f"cannot read Kueue's {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ClusterError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from exc
