@@ -6,8 +6,8 @@
     bounded_int(text, what, lo, hi)        an annotation integer (min-member, timeout-seconds)
 
 Each raises ``QuantityError`` (a ValueError) and nothing else, whatever it is given. Its message
-quotes the offending value, cut to 40 characters, so an error can be echoed to a client or into
-a Kubernetes Event however large the input was.
+quotes the offending value through ``echo.shown`` (cut to 40 characters), so an error can be
+echoed to a client or into a Kubernetes Event however large the input was.
 
 The grammar and the numbers follow k8s.io/apimachinery/pkg/api/resource (quantity.go and
 suffix.go, kubernetes-1.36.3), including its quirks, which tests/adapters/test_quantity.py pins
@@ -33,6 +33,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from extender.adapters.echo import shown
+
 MAX_QUANTITY_CHARS = 64
 """Longest quantity read. Canonical quantities are at most 22 characters ("-9223372036854775807Ki")."""
 
@@ -48,7 +50,6 @@ SUFFIXES = "n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or e<exponent>"
 
 _INT64_MAX = 2**63 - 1
 _NANO = 10**9
-_SHOWN_CHARS = 40
 
 # Go's parseQuantityString is a greedy scanner; possessive quantifiers make this regex scan the
 # same way (no backtracking can find a split the scanner would not).
@@ -66,21 +67,6 @@ _JSON_SPACE = " \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u
 
 class QuantityError(ValueError):
     """A value that is not a readable quantity or integer; the message says why, with numbers."""
-
-
-def shown(value: Any) -> str:
-    """``value`` for a message: strings quoted and cut to 40 characters, big numbers by size."""
-    if isinstance(value, str):
-        if len(value) <= _SHOWN_CHARS:
-            return repr(value)
-        return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
-    if isinstance(value, bool) or value is None or isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        if -(10**_SHOWN_CHARS) < value < 10**_SHOWN_CHARS:
-            return repr(value)
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    return f"a {type(value).__name__}"
 
 
 def parse_quantity(text: str) -> Fraction:

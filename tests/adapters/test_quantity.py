@@ -24,9 +24,9 @@ from extender.adapters.quantity import (
     decimal_text,
     json_quantity,
     parse_quantity,
-    shown,
     whole_count,
 )
+from extender.adapters.echo import clip, shown
 
 INT64_MAX = 2**63 - 1
 
@@ -300,6 +300,14 @@ def test_bounded_int_refuses_with_numbers(text, got):
     with pytest.raises(QuantityError) as info:
         bounded_int(text, MIN_MEMBER, 1, 100000)
     assert str(info.value) == f"{MIN_MEMBER} must be an integer from 1 to 100000, got {got}"
+
+
+def test_echo_cuts_what_it_quotes():
+    assert shown("x" * 41) == f"'{'x' * 40}'... (41 characters)"
+    assert shown(10**40) == "an integer of about 41 digits" and shown(-(10**39)) == f"-{10**39}"
+    assert shown({"a": 1}) == "a dict"
+    assert clip("y" * 10**6, 100) == "y" * 69 + "... (1000000 characters in all)"
+    assert len(clip("y" * 10**6, 100)) == 100 and clip("short", 100) == "short" and clip("abcdef", 3) == "abc"
 
 
 def test_decimal_text():
