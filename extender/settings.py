@@ -7,7 +7,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
     gangs: {default_timeout_seconds: 60, bind_attempts: 3, filter_failures_before_replan: 3}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
-    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: ""}
+    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class GrpcSettings:
     """mTLS: require client certificates signed by this CA (PEM). Needs the certificate and key."""
     max_workers: int = 64
     """Calls served at once (a held Bind or a WatchGangs stream keeps one); more get RESOURCE_EXHAUSTED."""
+    max_message_bytes: int = 8 << 20
+    """Largest request message accepted, as ``server.max_body_bytes``; larger get RESOURCE_EXHAUSTED."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ class Settings:
             problems.append("grpc.client_ca_file (mTLS) needs grpc.tls_cert_file and grpc.tls_key_file")
         if self.grpc.max_workers <= 0:
             problems.append("grpc.max_workers must be positive")
+        if self.grpc.max_message_bytes <= 0:
+            problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
         if self.gangs.bind_attempts < 1:
