@@ -10,8 +10,9 @@ quotes the offending value through ``echo.shown`` (cut to 40 characters), so an 
 echoed to a client or into a Kubernetes Event however large the input was.
 
 The grammar and the numbers follow k8s.io/apimachinery/pkg/api/resource (quantity.go and
-suffix.go, kubernetes-1.36.3), including its quirks, which tests/adapters/test_quantity.py pins
-with vectors from its quantity_test.go:
+suffix.go at v0.37.2, the Kubernetes 1.37.2 that tools/ pins; the parser is the same in 1.35 and
+1.36), including its quirks, which tests/adapters/test_quantity.py pins with vectors from its
+quantity_test.go:
 
     <quantity> ::= <sign>? <digits>? ("." <digits>?)? <suffix>
     <suffix>   ::= "" | n u m k M G T P E | Ki Mi Gi Ti Pi Ei | (e|E) <sign>? <digits>
@@ -36,7 +37,7 @@ from typing import Any
 from extender.adapters.echo import shown
 
 MAX_QUANTITY_CHARS = 64
-"""Longest quantity read. Canonical quantities are at most 22 characters ("-9223372036854775807Ki")."""
+"""Longest quantity read; the longest in apimachinery's own tests has 25 ("-10000000000000000000000m")."""
 
 MAX_MAGNITUDE = 10**36
 """Decimal quantities at or above this are refused. Go keeps decimals above int64 exactly (its
