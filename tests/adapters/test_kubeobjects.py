@@ -103,7 +103,7 @@ def test_clique_beside_topograph_accelerator_is_ignored_and_said():
 
 
 def test_no_topology_labels():
-    nodes = [{"metadata": {"name": "a", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]
+    nodes = [{"metadata": {"name": "a", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8", "pods": "110"}}}]
     choice = ko.detect_levels(facts(nodes))
     assert choice.levels == () and "no known topology labels" in choice.problems[0]
     (a,) = load(nodes).plan_pending([pod("p", 8)])
