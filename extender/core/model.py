@@ -26,13 +26,16 @@ class Level:
     prefix_of: str = ""
     """A derived level: its value is the part before the first ``.`` of this label's value
     (the ClusterUUID of ``<ClusterUUID>.<CliqueID>``). Empty: the value of label ``key``."""
+    missing: str = ""
+    """A placeholder value its labeler writes when it knows no domain; read as no label."""
 
     def value(self, labels: Mapping[str, str]) -> str | None:
-        """The node's domain at this level, None when the label is missing or empty."""
+        """The node's domain at this level, None when the label is missing, empty or ``missing``."""
         if self.prefix_of:
             raw = labels.get(self.prefix_of)
             return raw.split(".", 1)[0] if raw else None
-        return labels.get(self.key) or None
+        raw = labels.get(self.key)
+        return raw if raw and raw != self.missing else None
 
 
 @dataclass(frozen=True)
