@@ -46,7 +46,7 @@ def documented(scheme: str, cluster: str, gpus: int = 8) -> list[dict]:
     scheme, cited in the file), each with ``gpus`` GPUs."""
     entries = yaml.safe_load((FIXTURES / f"{scheme}.yaml").read_text())[cluster]
     return [{"metadata": {"name": e["name"], "labels": dict(e["labels"])},
-             "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}} for e in entries]
+             "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"}}} for e in entries]
 
 
 def keys(choice) -> list[str]:
