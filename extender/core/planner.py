@@ -27,7 +27,7 @@ the level it is bound to, and why the rest of it is unusable; it holds nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Collection, Sequence
 
@@ -46,6 +46,8 @@ class Placement:
     """Narrowest level whose single domain holds every slot (-1: none does)."""
     domain: Domain
     preferred_met: bool = True
+    home: Domain | None = None
+    """A replacement round: the domain of the gang's running members it was kept in."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
-            return _assign(gang, view, {node: {0: 1}}, classes, preferred, ())
+            return _home(_assign(gang, view, {node: {0: 1}}, classes, preferred, ()), limits)
     usable = _usable(view, limits)
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
@@ -174,7 +176,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
         for _, _, dom in candidates:
             if len(classes) == 1 or _ffd(view, classes, avail, dom.start, dom.end) is not None:
                 taken = _allocate(view, topo, avail, dom, classes)
-                return _assign(gang, view, taken, classes, preferred, usable)
+                return _home(_assign(gang, view, taken, classes, preferred, usable), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits)
 
 
@@ -247,6 +249,12 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
 # -- building blocks ------------------------------------------------------------------------
 
 
+def _home(result: PlanResult, limits: Constraints) -> PlanResult:
+    if isinstance(result, Placement) and limits.within is not None:
+        return replace(result, home=limits.within)
+    return result
+
+
 def _classes(gang: GangSpec) -> list[_Class]:
     """GPU slots grouped by (GPUs, eligibility), largest pods first."""
     counts: dict[tuple[int, Eligibility], int] = {}
@@ -304,12 +312,16 @@ def _best_fit_node(view: View, c: _Class, limits: Constraints) -> int | None:
                 and room(requests, alloc[i], taken[i]) > 0)
 
     for free in sorted(f for f in view.by_free if f >= c.gpus):
+        if not c.eligibility.preferred:
+            # The bucket's first node that holds the pod (sets of small ints iterate in order).
+            node = next((i for i in view.by_free[free] if ok(i)), None)
+            if node is not None:
+                return node
+            continue
         fitting = [i for i in view.by_free[free] if ok(i)]
         if fitting:
-            if c.eligibility.preferred:
-                nodes = view.topology.nodes
-                return max(fitting, key=lambda i: (preference(c.eligibility, nodes[i]), -i))
-            return min(fitting)
+            nodes = view.topology.nodes
+            return max(fitting, key=lambda i: (preference(c.eligibility, nodes[i]), -i))
     return None
 
 

@@ -90,6 +90,8 @@ def explain_placement(topo: Topology, p: Placement) -> str:
         where = f"within {topo.level_key(p.level)} {format_path(p.domain.path)}"
     pods = len(p.slots)
     text = f"gang {p.gang}: {pods} pod{'s' if pods != 1 else ''}, {gpus} GPUs on {nodes} node{'s' if nodes != 1 else ''} {where}"
+    if p.home is not None and p.home.level >= 0:
+        text += f"; kept beside its running members in {level_word(topo, p.home.level)} {format_path(p.home.path)}"
     if not p.preferred_met:
         text += "; preferred level not available, placed wider"
     return text
