@@ -1,9 +1,10 @@
 """The live extender: orchestration over the core, with no transport and no decisions of its own.
 
-Its one job is the part that cannot be pure: one lock around the core's state, bind calls held
-until their gang's permit decision, the Binding fan-out and its compensation, and the
-subscriptions of WatchGangs. What to do is decided in ``core`` (``book`` for gangs, ``single``
-for lone pods, ``preemption`` for victims); read-only answers are in ``whatif``.
+Its one job is the part that cannot be pure: one lock around the core's state, the cache sink,
+the verbs, and the subscriptions of WatchGangs; bind calls held until their gang's permit
+decision, the Binding fan-out and its compensation are in ``gate.py`` under the same lock.
+What to do is decided in ``core`` (``book`` for gangs, ``single`` for lone pods,
+``preemption`` for victims); read-only answers are in ``whatif``.
 
 Facts arrive translated (``core.model``): the adapters call the cache-sink methods from the
 watch threads and the verbs from the HTTP and gRPC servers.
@@ -13,12 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from extender.core import gangspec, verdicts
-from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, GangRecord, Outcome, Reject, Wait
-from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
+from extender.core.book import GangBook, GangRecord
+from extender.core.errors import NotReady
 from extender.core.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 from extender.core.planner import home_domains
@@ -28,6 +28,7 @@ from extender.core.preemption import vet_victims
 from extender.core.single import best_fit_scores, filter_single, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
+from extender.gate import PermitGate
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
@@ -57,6 +58,8 @@ class TopologyExtender:
         self.pods = PodIndex()
         self.groups: dict[str, GroupFacts] = {}
         self._cond = threading.Condition(threading.RLock())
+        self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
+                               self._tick, clock, sleep)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: set[str] = set()
@@ -186,83 +189,10 @@ class TopologyExtender:
                 return [(n, 0) for n in node_names]
             return best_fit_scores(self.state.view(), pod.gpus, node_names)
 
-    # -- bind: the gang's permit gate ----------------------------------------------------------
+    # -- bind: the gang's permit gate (gate.py) ------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        key = f"{namespace}/{name}"
-        with self._cond:
-            self._tick()
-            pod = self.pods.seen_pod(key) or self.pods.pending_pod(key)
-            if pod is None:
-                raise PermitRejected(verdicts.unknown_pod(key))
-            gang = pod.gang.key
-            decision = self.book.permit(gang, key, uid, node) if pod.gang.named and self.book.get(gang) else None
-        match decision:
-            case None:
-                error = self._bind_with_retries(key, uid, node)
-                if error:
-                    raise BindingFailed(error)
-                return
-            case Reject(reason=reason, unreserved=unreserved):
-                raise GangUnreserved(reason) if unreserved else PermitRejected(reason)
-            case Wait(round=round_):
-                with self._cond:
-                    outcome = self._wait(gang, key, round_)
-            case Allow(round=round_, members=members):
-                self._bind_gang(gang, members)
-                with self._cond:
-                    outcome = self.book.outcome(gang, key, round_)
-        _answer(outcome)
-
-    def _wait(self, gang: str, key: str, round_: int) -> Outcome:
-        """Hold this bind call until the gang's Bindings are done or its round ends."""
-        while (outcome := self.book.outcome(gang, key, round_)) is None:
-            now = self.clock()
-            if self.book.expire(now):
-                self._cond.notify_all()
-                continue
-            self._cond.wait(timeout=max(min(self.book.deadline(gang) - now, 1.0), 0.01))
-        return outcome
-
-    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
-        """Create every member's Binding at once; if some fail after retries, evict the rest."""
-        with ThreadPoolExecutor(max_workers=min(32, len(members))) as pool:
-            errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1]), members.items())
-            results = dict(zip(members, errors))
-        with self._cond:
-            compensate = self.book.bindings_done(gang, results, members, self.clock())
-            if compensate is None:
-                for key in members:
-                    self.pods.took_bound(key)
-                self._cond.notify_all()
-                return
-        # Compensate: never leave part of a gang bound. Evict the members bound so the gang
-        # restarts whole; their controllers create new pods, which are planned again.
-        eviction_errors = {}
-        for key, uid in compensate.evict:
-            namespace, name = key.split("/", 1)
-            try:
-                self.binder.delete_pod(namespace, name, uid)
-            except Exception as exc:  # the binder's errors carry the API server's words
-                eviction_errors[key] = verdicts.eviction_failed(key, str(exc))
-        with self._cond:
-            self.book.compensated(gang, results, eviction_errors)
-            self._cond.notify_all()
-
-    def _bind_with_retries(self, key: str, uid: str, node: str) -> str:
-        """Create the Binding, retrying with backoff; "" or the last error."""
-        namespace, name = key.split("/", 1)
-        attempts = self.settings.gangs.bind_attempts
-        for i in range(attempts):
-            try:
-                self.binder.bind(namespace, name, uid, node)
-                return ""
-            except Exception as exc:  # the binder's errors carry the API server's words
-                error = verdicts.binding_failed(key, node, str(exc))
-                self.observer.binding_failed()
-                if i + 1 < attempts:
-                    self.sleep(0.05 * 2 ** i)
-        return error
+        self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
         """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
@@ -316,17 +246,6 @@ class TopologyExtender:
             change = _gang_event(rec, previous, event)
             for sink in list(self._watchers):
                 sink(change)
-
-
-def _answer(outcome: Outcome) -> None:
-    """A held bind call's reply: return (bound) or the error the scheduler sees."""
-    if outcome.kind == BOUND:
-        return
-    if outcome.kind == FAILED:
-        raise BindingFailed(outcome.reason)
-    if outcome.kind == TIMED_OUT:
-        raise GangTimedOut(outcome.reason)
-    raise GangUnreserved(outcome.reason)
 
 
 def _gang_event(rec: GangRecord, previous: Phase | None, event: Event | None) -> dict:
