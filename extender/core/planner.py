@@ -27,12 +27,23 @@ the level it is bound to, and why the rest of it is unusable; it holds nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Collection, Sequence
 
 from extender.core.eligibility import UNBOUNDED, label_mask, preference, room, short_of
 from extender.core.model import Eligibility, GangSpec, Member
+from extender.core.packing import (
+    Left,
+    PodClass,
+    allocate,
+    available,
+    classes_of,
+    ffd,
+    fill_caps,
+    fits,
+    usable_nodes,
+)
 from extender.core.state import CORDONED, NOT_READY, Slot, View
 from extender.core.topology import Domain, Topology
 
@@ -97,17 +108,6 @@ class Constraints:
     """Replacements: the domain the gang's running members occupy."""
 
 
-@dataclass
-class _Class:
-    gpus: int
-    eligibility: Eligibility
-    count: int
-    cap: list[int] = field(default_factory=list)
-    """Per node index, pods of this class the node holds alone."""
-    may: list[bool] = field(default_factory=list)
-    """Per node index, whether a pod of this class may run there at all (GPUs aside)."""
-
-
 def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
     """(bound level, preferred level, problems) for the gang's topology request."""
     problems = []
@@ -137,17 +137,17 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
-    classes = _classes(gang)
+    classes = classes_of(gang)
     if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, {node: {0: 1}}, classes, preferred, ()), limits)
-    usable = _usable(view, limits)
+    usable = usable_nodes(view, limits.refused, limits.within)
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
     for c in classes:
-        _caps(view, c, usable)
-    avail = _avail(view, classes)
+        fill_caps(view, c, usable)
+    avail = available(view, classes)
     total = sum(c.gpus * c.count for c in classes)
     free_prefix = [0, *accumulate(avail)]
     first = classes[0]
@@ -174,8 +174,9 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                                      -(pref[c[2].end] - pref[c[2].start]), c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
-            if len(classes) == 1 or _ffd(view, classes, avail, dom.start, dom.end) is not None:
-                taken = _allocate(view, topo, avail, dom, classes)
+            if len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
+                taken = allocate(topo, Left(view, avail), dom, classes)
+                assert taken is not None, "domain was checked to hold the gang"
                 return _home(_assign(gang, view, taken, classes, preferred, usable), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits)
 
@@ -202,11 +203,11 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     """
     topo = view.topology
     bound, _, _ = resolve_levels(gang, topo)
-    classes = _classes(gang) or [_Class(1, Eligibility(), 0)]
-    usable = _usable(view, Constraints())
+    classes = classes_of(gang) or [PodClass(1, Eligibility(), 0)]
+    usable = usable_nodes(view, (), None)
     for c in classes:
-        _caps(view, c, usable)
-    avail = _avail(view, classes)
+        fill_caps(view, c, usable)
+    avail = available(view, classes)
     rows = []
     for d in range(topo.domain_count(bound)):
         dom = topo.domain(bound, d)
@@ -216,7 +217,7 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             nodes=len(span),
             gpus=sum(topo.nodes[i].gpus for i in span),
             available=sum(avail[i] for i in span),
-            fits=_fits(view, classes, avail, dom),
+            fits=fits(view, classes, avail, dom),
             blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
         ))
     rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
@@ -255,52 +256,13 @@ def _home(result: PlanResult, limits: Constraints) -> PlanResult:
     return result
 
 
-def _classes(gang: GangSpec) -> list[_Class]:
-    """GPU slots grouped by (GPUs, eligibility), largest pods first."""
-    counts: dict[tuple[int, Eligibility], int] = {}
-    for gpus, e in gang.slots():
-        if gpus > 0:
-            counts[(gpus, e)] = counts.get((gpus, e), 0) + 1
-    return [_Class(g, e, n) for (g, e), n in sorted(counts.items(), key=lambda kv: -kv[0][0])]
-
-
-def _usable(view: View, limits: Constraints) -> list[bool]:
-    """Per node: takes placements at all (not blocked, not refused, inside the replacement domain)."""
-    topo = view.topology
-    usable = [b is None for b in view.blocked]
-    for name in limits.refused:
-        i = topo.index.get(name)
-        if i is not None:
-            usable[i] = False
-    if limits.within is not None and limits.within.level >= 0:
-        w = limits.within
-        usable = [u and w.start <= i < w.end for i, u in enumerate(usable)]
-    return usable
-
-
-def _caps(view: View, c: _Class, usable: Sequence[bool]) -> None:
-    """Fill c.may (labels, taints, usable, one pod's other resources) and c.cap per node."""
-    mask = label_mask(view, c.eligibility)
-    requests = c.eligibility.requests
-    g = c.gpus
-    free, alloc, taken = view.free, view.allocatable, view.taken
-    rooms = [room(requests, alloc[i], taken[i]) if usable[i] and mask[i] else 0 for i in range(len(free))]
-    c.may = [r > 0 for r in rooms]
-    c.cap = [min(free[i] // g, r) if r and free[i] >= g else 0 for i, r in enumerate(rooms)]
-
-
-def _avail(view: View, classes: list[_Class]) -> list[int]:
-    """Free GPUs on each node some pod of the gang may run on (0 elsewhere)."""
-    return [f if f > 0 and any(c.may[i] for c in classes) else 0 for i, f in enumerate(view.free)]
-
-
 def _preference_prefix(view: View, e: Eligibility) -> list[int]:
     if not e.preferred:
         return [0] * (len(view.free) + 1)
     return [0, *accumulate(preference(e, n) for n in view.topology.nodes)]
 
 
-def _best_fit_node(view: View, c: _Class, limits: Constraints) -> int | None:
+def _best_fit_node(view: View, c: PodClass, limits: Constraints) -> int | None:
     """The node with the fewest free GPUs that holds the pod; ties: the most preferred.
     Walks the free-GPU buckets (unblocked nodes only), so it costs the nodes it looks at."""
     mask = label_mask(view, c.eligibility)
@@ -335,97 +297,7 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-class _Left:
-    """What a plan has left on each node of a range: GPUs and every requested resource."""
-
-    def __init__(self, view: View, avail: list[int]) -> None:
-        self.view = view
-        self.gpus = list(avail)
-        self.used: dict[int, dict[str, int]] = {}
-
-    def cap(self, c: _Class, i: int) -> int:
-        if not c.cap[i]:
-            return 0
-        taken = self.view.taken[i]
-        extra = self.used.get(i)
-        if extra:
-            taken = {k: taken.get(k, 0) + extra.get(k, 0) for k in {*taken, *extra}}
-        return min(self.gpus[i] // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
-
-    def take(self, c: _Class, i: int, n: int) -> None:
-        self.gpus[i] -= n * c.gpus
-        extra = self.used.setdefault(i, {})
-        for name, amount in c.eligibility.requests:
-            extra[name] = extra.get(name, 0) + n * amount
-
-
-def _ffd(view: View, classes: list[_Class], avail: list[int], start: int, end: int) -> dict[int, dict[int, int]] | None:
-    """First-fit decreasing over nodes [start, end): {node: {class index: pods}}, or None."""
-    left = _Left(view, avail)
-    taken: dict[int, dict[int, int]] = {}
-    for k, c in enumerate(classes):
-        count = c.count
-        for j in range(start, end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                taken.setdefault(j, {})[k] = n
-        if count:
-            return None
-    return taken
-
-
-def _allocate(view: View, topo: Topology, avail: list[int], dom: Domain,
-              classes: list[_Class]) -> dict[int, dict[int, int]]:
-    """Place every class inside dom using the fewest child domains; FFD if that fails."""
-    left = _Left(view, avail)
-    taken: dict[int, dict[int, int]] = {}
-    for k, c in enumerate(classes):
-        caps = [left.cap(c, i) for i in range(dom.start, dom.end)] if k else c.cap[dom.start:dom.end]
-        slot_prefix = [0, *accumulate(caps)]
-        free_prefix = [0, *accumulate(left.gpus[dom.start:dom.end])]
-        got: list[tuple[int, int]] = []
-        if not _fewest_children(topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):
-            ffd = _ffd(view, classes, avail, dom.start, dom.end)
-            assert ffd is not None, "domain was checked to hold the gang"
-            return ffd
-        for node, n in got:
-            left.take(c, node, n)
-            taken.setdefault(node, {})[k] = taken.get(node, {}).get(k, 0) + n
-    return taken
-
-
-def _fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
-                     slots: list[int], free: list[int], base: int, out: list[tuple[int, int]]) -> bool:
-    """Take k slots of `size` GPUs inside domain (lvl, d); append (node, pods) to out."""
-    if lvl == topo.depth:
-        out.append((d, k))
-        return True
-    child_lvl = lvl + 1
-
-    def cap(c: int) -> int:
-        return slots[topo.end[child_lvl][c] - base] - slots[topo.start[child_lvl][c] - base]
-
-    def leftover(c: int, n: int) -> int:
-        return free[topo.end[child_lvl][c] - base] - free[topo.start[child_lvl][c] - base] - n * size
-
-    pool = sorted((c for c in topo.children(lvl, d) if cap(c) > 0), key=lambda c: (-cap(c), c))
-    remaining = k
-    for pos, c in enumerate(pool):
-        if cap(c) >= remaining:
-            # The rest fits in one child: the best-fitting one among those large enough.
-            fitting = [x for x in pool[pos:] if cap(x) >= remaining]
-            best = min(fitting, key=lambda x: (leftover(x, remaining), x))
-            return _fewest_children(topo, child_lvl, best, remaining, size, slots, free, base, out)
-        _fewest_children(topo, child_lvl, c, cap(c), size, slots, free, base, out)
-        remaining -= cap(c)
-    return remaining == 0
-
-
-def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classes: list[_Class],
+def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classes: list[PodClass],
             preferred: int | None, usable: Sequence[bool]) -> PlanResult:
     """Give slots to members: per class, by rank, in depth-first (node index) order."""
     topo = view.topology
@@ -492,30 +364,30 @@ def _zero_gpu_gang(gang: GangSpec, view: View, usable: Sequence[bool], bound: in
 def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bool]) -> NoPlacement:
     if not view.free:
         return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
-    c = _Class(0, m.eligibility, 1)
+    c = PodClass(0, m.eligibility, 1)
     blockers = _blockers(view, [c], range(len(view.free)), usable, Constraints(), gpu_check=False)
     return NoPlacement(gang.key, gang.demand(), -1, view.topology.domain(-1, 0), 0, blockers)
 
 
 def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
-                  classes: list[_Class], usable: Sequence[bool], limits: Constraints) -> NoPlacement:
+                  classes: list[PodClass], usable: Sequence[bool], limits: Constraints) -> NoPlacement:
     topo = view.topology
-    best, fits = None, -1
+    best, most = None, -1
     if limits.within is not None and limits.within.level >= 0:
         domains = [limits.within]
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
     for dom in domains:
-        n = _fits(view, classes, avail, dom)
-        if n > fits:
-            best, fits = dom, n
+        n = fits(view, classes, avail, dom)
+        if n > most:
+            best, most = dom, n
     if best is None:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within)
     blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
-    return NoPlacement(gang.key, demand, bound, best, fits, blockers, within=limits.within)
+    return NoPlacement(gang.key, demand, bound, best, most, blockers, within=limits.within)
 
 
-def _blockers(view: View, classes: list[_Class], span: range, usable: Sequence[bool], limits: Constraints,
+def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence[bool], limits: Constraints,
               gpu_check: bool = True) -> Blockers:
     """Why the nodes of ``span`` do not hold more of the gang, each node counted once."""
     topo = view.topology
@@ -550,23 +422,6 @@ def _blockers(view: View, classes: list[_Class], span: range, usable: Sequence[b
         reserved_gpus=reserved,
         used_gpus=sum(topo.nodes[i].gpus for i in span) - sum(max(view.free[i], 0) for i in span) - reserved,
     )
-
-
-def _fits(view: View, classes: list[_Class], avail: list[int], dom: Domain) -> int:
-    """How many pods of the gang fit in dom, largest shapes first."""
-    left = _Left(view, avail)
-    placed = 0
-    for c in classes:
-        count = c.count
-        for j in range(dom.start, dom.end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                placed += n
-    return placed
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
