@@ -34,7 +34,7 @@ TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
 
 
 class NoBinder:
-    def bind(self, namespace, name, uid, node):
+    def bind(self, namespace, name, uid, node, notes=None):
         pass
 
     def delete_pod(self, namespace, name, uid):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from extender.core import verdicts
+from extender.core.address import PodNotes, gang_notes
 from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, Outcome, Reject, Wait
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, PermitRejected
 from extender.core.pods import PodIndex
@@ -44,6 +45,8 @@ class PermitGate:
                 raise PermitRejected(verdicts.unknown_pod(key))
             gang = pod.gang.key
             decision = self.book.permit(gang, key, uid, node) if pod.gang.named and self.book.get(gang) else None
+            rec = self.book.get(gang) if isinstance(decision, Allow) else None
+            notes = gang_notes(self.book.state, rec.placement, gang) if rec is not None else {}
         match decision:
             case None:
                 error = self._bind_with_retries(key, uid, node)
@@ -56,7 +59,7 @@ class PermitGate:
                 with self._cond:
                     outcome = self._wait(gang, key, round_)
             case Allow(round=round_, members=members):
-                self._bind_gang(gang, members)
+                self._bind_gang(gang, members, notes)
                 with self._cond:
                     outcome = self.book.outcome(gang, key, round_)
         _answer(outcome)
@@ -71,10 +74,12 @@ class PermitGate:
             self._cond.wait(timeout=max(min(self.book.deadline(gang) - now, 1.0), 0.01))
         return outcome
 
-    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
-        """Create every member's Binding at once; if some fail after retries, evict the rest."""
+    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]], notes: dict[str, PodNotes]) -> None:
+        """Create every member's Binding at once, each carrying its notes (its address); if some
+        fail after retries, evict the rest."""
         with ThreadPoolExecutor(max_workers=min(MAX_BINDING_THREADS, len(members))) as pool:
-            errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1]), members.items())
+            errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1], notes.get(item[0])),
+                              members.items())
             results = dict(zip(members, errors))
         with self._cond:
             compensate = self.book.bindings_done(gang, results, members, self.clock())
@@ -96,13 +101,13 @@ class PermitGate:
             self.book.compensated(gang, results, eviction_errors)
             self._cond.notify_all()
 
-    def _bind_with_retries(self, key: str, uid: str, node: str) -> str:
+    def _bind_with_retries(self, key: str, uid: str, node: str, notes: PodNotes | None = None) -> str:
         """Create the Binding, retrying with backoff; "" or the last error."""
         namespace, name = key.split("/", 1)
         attempts = self.settings.bind_attempts
         for i in range(attempts):
             try:
-                self.binder.bind(namespace, name, uid, node)
+                self.binder.bind(namespace, name, uid, node, notes)
                 return ""
             except Exception as exc:  # the binder's errors carry the API server's words
                 error = verdicts.binding_failed(key, node, str(exc))

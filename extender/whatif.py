@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from extender.core import gangspec, verdicts
+from extender.core.address import Address, addresses
 from extender.core.book import GangBook, GangRecord
 from extender.core.lifecycle import HOLDING, Phase
 from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
-from extender.core.state import ClusterState, Reservation
+from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.topology import Topology
 from extender.settings import GangSettings
 
 
@@ -31,10 +33,13 @@ class GangAnswer:
     domain: list[str | None] | None
     placement: dict[str, str]
     reason: str
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """The topology address of each placed member, in rank order (``address_json``)."""
+    slices: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"gang": self.gang, "feasible": self.feasible, "level": self.level, "domain": self.domain,
-                "placement": self.placement, "reason": self.reason}
+                "placement": self.placement, "reason": self.reason, "slices": self.slices, "ranks": self.ranks}
 
 
 def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
@@ -48,7 +53,27 @@ def answer(state: ClusterState, result: Placement | NoPlacement, members: set[st
         domain=list(result.domain.path),
         placement={s.member: s.node for s in result.slots if s.member in members},
         reason=verdicts.explain_placement(topo, result),
+        ranks=[address_json(a) for a in addresses(topo, result) if a.pod in members],
+        slices=slices_json(topo, result),
     )
+
+
+def address_json(a: Address) -> dict[str, Any]:
+    """rank -> pod -> node -> domains, as the plan, /debug/gangs and ExplainPod show it."""
+    return {"rank": a.rank, "slice": a.slice, "pod": a.pod, "node": a.node,
+            "domains": [{"level": p.level, "name": p.name, "domain": p.domain} for p in a.domains]}
+
+
+def slices_json(topo: Topology, placement: Placement | None) -> dict[str, Any] | None:
+    rule = placement.slices if placement is not None else None
+    if placement is None or rule is None:
+        return None
+    count = sum(1 for s in placement.slots if s.gpus > 0) // rule.size
+    return {"size": rule.size, "level": topo.level_key(rule.level), "count": count}
+
+
+def ranks_json(topo: Topology, placement: Placement | None, slots: Sequence[Slot] | None = None) -> list[dict[str, Any]]:
+    return [address_json(a) for a in addresses(topo, placement, slots)] if placement is not None else []
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -141,6 +166,8 @@ def debug_gangs(live: Live, now: float) -> list[dict]:
             "plan": {s.member: s.node for s in slots},  # members that came later by name
             "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             "reason": rec.reason,
+            "slices": slices_json(live.state.topology, rec.placement),
+            "ranks": ranks_json(live.state.topology, rec.placement, slots if held else None),
         })
     return out
 
@@ -160,10 +187,14 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
     out: dict[str, Any] = {
         "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pending is not None else "bound",
         "reason": "", "plan": {}, "min_member": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
-        "pods": 0, "level": "", "fit": [],
+        "pods": 0, "level": "", "fit": [], "slices": None, "ranks": [],
     }
     if rec is not None:
         _describe(out, rec, now)
+        if rec.placement is not None and rec.phase in HOLDING:
+            held = live.state.reservation(gang)
+            out["slices"] = slices_json(live.state.topology, rec.placement)
+            out["ranks"] = ranks_json(live.state.topology, rec.placement, held.slots if held else None)
     if not members:
         return out
     spec = gangspec.build(gang, members, live.groups.get(gang), live.default_timeout)
@@ -178,8 +209,14 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
             out["reason"] = f"{why}; planned now: {now_plan}"
     out["pods"] = len(spec.demand())
     out["level"] = topo.level_key(bound_level) or ""
+    if out["slices"] is None and spec.slice_size and spec.slice_level is not None:
+        asked = topo.level_index(spec.slice_level)
+        count = sum(1 for gpus in spec.demand() if gpus > 0) // spec.slice_size
+        out["slices"] = {"size": spec.slice_size, "count": count,
+                         "level": topo.level_key(asked) if asked is not None else spec.slice_level}
     out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,
-                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes}
+                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes,
+                   "slices": r.slices}
                   for r in rows]
     return out
 

@@ -40,11 +40,35 @@ def test_plan_prints_one_answer_per_gang(files):
         "gang": "ml/a", "feasible": True, "level": "network.topology.nvidia.com/accelerator",
         "domain": ["b1", "r1", "n1"], "placement": {"ml/a-0": "h1", "ml/a-1": "h2"},
         "reason": "gang ml/a: 2 pods, 16 GPUs on 2 nodes within network.topology.nvidia.com/accelerator b1/r1/n1",
+        "slices": None, "ranks": [address(0, None, "ml/a-0", "h1", "b1/r1/n1"), address(1, None, "ml/a-1", "h2", "b1/r1/n1")],
     }
     assert b["feasible"] is False and b["level"] is None and b["placement"] == {}
     assert b["reason"] == ("gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 "
                            "(16 GPUs reserved for other gangs, 14 GPUs in use)")
     assert solo["placement"] == {"ml/solo": "h4"} and solo["level"] == "kubernetes.io/hostname"
+
+
+def address(rank, slice_, pod, node, nvlink):
+    """One member's address in TWO_RACKS (spine b1 > leaf r1/r2 > nvlink n1..n3)."""
+    spine, leaf, _ = nvlink.split("/")
+    return {"rank": rank, "slice": slice_, "pod": pod, "node": node, "domains": [
+        {"level": "network.topology.nvidia.com/spine", "name": "spine", "domain": spine},
+        {"level": "network.topology.nvidia.com/leaf", "name": "leaf", "domain": f"{spine}/{leaf}"},
+        {"level": "network.topology.nvidia.com/accelerator", "name": "nvlink", "domain": nvlink}]}
+
+
+def test_plan_prints_each_members_address_in_slices(files):
+    sliced = gang("s", 4, 4, annotations={"railyard.io/slice-size": "2", "railyard.io/slice-required-topology": "nvlink",
+                                          "railyard.io/min-member": "4"})
+    for i, p in enumerate(sliced):
+        p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(3 - i)
+    (files / "sliced.json").write_text(json.dumps({"kind": "List", "items": sliced}))
+    r = run("--nodes", str(files / "nodes.json"), "--pods", str(files / "pods.yaml"), "--gang", str(files / "sliced.json"))
+    (s,) = json.loads(r.stdout)["gangs"]
+    assert s["slices"] == {"size": 2, "level": "network.topology.nvidia.com/accelerator", "count": 2}
+    # 4 pods x 4 GPUs: n1 is the exact fit; slice 0 (ranks 0, 1) takes h1, slice 1 h2.
+    assert s["ranks"] == [address(0, 0, "ml/s-3", "h1", "b1/r1/n1"), address(1, 0, "ml/s-2", "h1", "b1/r1/n1"),
+                          address(2, 1, "ml/s-1", "h2", "b1/r1/n1"), address(3, 1, "ml/s-0", "h2", "b1/r1/n1")]
 
 
 def test_without_pods_every_gpu_is_free(files):

@@ -169,12 +169,13 @@ class GangRef:
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED)
+SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL)
 
 
 @dataclass(frozen=True)
 class Declaration:
-    """A gang-level value that a pod or its group declares: its size, timeout or topology."""
+    """A gang-level value that a pod or its group declares: its size, timeout, topology or slices."""
 
     role: str
     """One of ``ROLES``."""
@@ -257,6 +258,10 @@ class GangSpec:
     required: str | None = None
     """Level key every member must share one domain of, or None."""
     preferred: str | None = None
+    slice_size: int = 0
+    """GPU pods per slice (0: not sliced): each run of this many consecutive ranks shares one
+    domain of ``slice_level``."""
+    slice_level: str | None = None
     invalid: tuple[str, ...] = field(default=())
     """Problems with the request; a gang with any is not placed and these are its reason."""
     sized: bool = True

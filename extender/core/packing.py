@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Collection, Sequence
 
 from extender.core.eligibility import label_mask, room
-from extender.core.model import Eligibility, GangSpec
+from extender.core.model import Eligibility, GangSpec, Member
 from extender.core.state import View
 from extender.core.topology import Domain, Topology
 
@@ -49,6 +49,11 @@ def classes_of(gang: GangSpec) -> list[PodClass]:
         if gpus > 0:
             counts[(gpus, e)] = counts.get((gpus, e), 0) + 1
     return [PodClass(g, e, n) for (g, e), n in sorted(counts.items(), key=lambda kv: -kv[0][0])]
+
+
+def rank_order(members: Sequence[Member]) -> list[Member]:
+    """Members by rank index (those without one last), then by name: the order slots are given in."""
+    return sorted(members, key=lambda m: (m.rank is None, m.rank or (), m.key))
 
 
 def usable_nodes(view: View, refused: Collection[str], within: Domain | None) -> list[bool]:
@@ -138,6 +143,8 @@ def allocate(topo: Topology, left: Left, dom: Domain, classes: list[PodClass]) -
     ``left`` as it was) when not even FFD fits them."""
     taken: Taken = {}
     for k, c in enumerate(classes):
+        if not c.count:
+            continue
         caps = c.cap[dom.start:dom.end] if left.fresh else [left.cap(c, i) for i in range(dom.start, dom.end)]
         slot_prefix = [0, *accumulate(caps)]
         free_prefix = [0, *accumulate(left.gpus[dom.start:dom.end])]

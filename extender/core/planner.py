@@ -16,13 +16,18 @@ The algorithm, in one place:
    first-fit-decreasing, with GPUs and every requested resource shared on each node.
 3. Inside the chosen domain, recursively use the fewest child domains: if one child holds the
    rest, the best-fitting such child; otherwise the largest child, and again.
+   A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
+   of S consecutive ranks inside one domain of the slice level, slices in rank order, each the
+   best fit among the slice-level domains that still hold it.
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
-   ranks are topology neighbours.
+   ranks are topology neighbours (with slices: slice k's slots go to the k-th run of members).
 5. A 0-GPU member (a launcher) goes to the node of the lowest-ranked GPU member if it may run
    there, else to the nearest node of the domain where it may.
 
 A gang that cannot be placed gets a ``NoPlacement`` carrying the numbers of its best domain at
-the level it is bound to, and why the rest of it is unusable; it holds nothing.
+the level it is bound to (the most whole slices, then the most pods), and why the rest of it is
+unusable; it holds nothing. The building blocks (pod classes, what is left on each node, the
+fewest-children allocation) are in ``packing``.
 """
 
 from __future__ import annotations
@@ -36,14 +41,17 @@ from extender.core.model import Eligibility, GangSpec, Member
 from extender.core.packing import (
     Left,
     PodClass,
+    Taken,
     allocate,
     available,
     classes_of,
     ffd,
     fill_caps,
     fits,
+    rank_order,
     usable_nodes,
 )
+from extender.core.slices import SliceRule, cut, pack, resolve
 from extender.core.state import CORDONED, NOT_READY, Slot, View
 from extender.core.topology import Domain, Topology
 
@@ -59,6 +67,8 @@ class Placement:
     preferred_met: bool = True
     home: Domain | None = None
     """A replacement round: the domain of the gang's running members it was kept in."""
+    slices: SliceRule | None = None
+    """Each run of ``slices.size`` GPU slots (in order) lies inside one domain of ``slices.level``."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,9 @@ class NoPlacement:
     invalid: tuple[str, ...] = ()
     within: Domain | None = None
     """The domain a replacement had to stay in, if any."""
+    slices: SliceRule | None = None
+    slices_fit: int = 0
+    """How many whole slices the best domain could hold."""
 
 
 PlanResult = Placement | NoPlacement
@@ -133,7 +146,8 @@ def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, lis
 def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
     topo = view.topology
     bound, preferred, problems = resolve_levels(gang, topo)
-    problems = [*gang.invalid, *problems]
+    rule, slice_problems = resolve(gang, topo, bound, preferred) if not problems else (None, [])
+    problems = [*gang.invalid, *problems, *slice_problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
@@ -141,7 +155,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
-            return _home(_assign(gang, view, {node: {0: 1}}, classes, preferred, ()), limits)
+            return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
     usable = usable_nodes(view, limits.refused, limits.within)
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
@@ -153,6 +167,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     first = classes[0]
     cap_prefix = [0, *accumulate(first.cap)]
     pref = _preference_prefix(view, first.eligibility)
+    sliced = cut(gang, classes, rule.size) if rule else []
 
     for lvl in range(topo.depth, bound - 1, -1):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
@@ -174,11 +189,15 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                                      -(pref[c[2].end] - pref[c[2].start]), c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
-            if len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
+            if rule is not None:
+                parts = pack(view, avail, dom, sliced, rule.level)
+                if isinstance(parts, list):
+                    return _home(_assign(gang, view, parts, classes, preferred, usable, rule), limits)
+            elif len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
                 taken = allocate(topo, Left(view, avail), dom, classes)
                 assert taken is not None, "domain was checked to hold the gang"
-                return _home(_assign(gang, view, taken, classes, preferred, usable), limits)
-    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits)
+                return _home(_assign(gang, view, [taken], classes, preferred, usable), limits)
+    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced)
 
 
 @dataclass(frozen=True)
@@ -195,6 +214,8 @@ class DomainFit:
     """How many of the gang's pods the domain holds (largest shapes first)."""
     blocked_nodes: int
     """Nodes the gang's pods may not run on (cordoned, not ready, tainted, selector, resources)."""
+    slices: int = 0
+    """How many whole slices of a sliced gang the domain holds (0 when not sliced)."""
 
 
 def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
@@ -202,12 +223,14 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     best first: the numbers behind a NoPlacement's one-line reason, for every domain.
     """
     topo = view.topology
-    bound, _, _ = resolve_levels(gang, topo)
+    bound, preferred, problems = resolve_levels(gang, topo)
+    rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred)[0]
     classes = classes_of(gang) or [PodClass(1, Eligibility(), 0)]
     usable = usable_nodes(view, (), None)
     for c in classes:
         fill_caps(view, c, usable)
     avail = available(view, classes)
+    sliced = cut(gang, classes, rule.size) if rule else []
     rows = []
     for d in range(topo.domain_count(bound)):
         dom = topo.domain(bound, d)
@@ -219,8 +242,9 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             available=sum(avail[i] for i in span),
             fits=fits(view, classes, avail, dom),
             blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
+            slices=_whole_slices(view, avail, dom, sliced, rule) if rule else 0,
         ))
-    rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
+    rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
     return bound, rows
 
 
@@ -297,31 +321,31 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classes: list[PodClass],
-            preferred: int | None, usable: Sequence[bool]) -> PlanResult:
-    """Give slots to members: per class, by rank, in depth-first (node index) order."""
+def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodClass],
+            preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None) -> PlanResult:
+    """Give slots to members: per class, by rank, in depth-first (node index) order; with
+    slices, part k (slice k's nodes) to the k-th run of ``rule.size`` GPU members."""
     topo = view.topology
-    by_class: dict[int, list[int]] = {}
-    for node in sorted(taken):
-        for k, n in taken[node].items():
-            by_class.setdefault(k, []).extend([node] * n)
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
-    members = sorted(gang.members, key=lambda m: (m.rank is None, m.rank or (), m.key))
+    members = rank_order(gang.members)
+    gpu = [m for m in members if m.gpus > 0]
+    zero = [m for m in members if m.gpus == 0]
     slots: list[tuple[int, Slot]] = []
-    zero: list[Member] = []
-    for m in members:
-        if m.gpus == 0:
-            zero.append(m)
-            continue
-        node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
-        slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
     missing = 0
-    for k, nodes in sorted(by_class.items()):  # members not created yet
-        for node in nodes:
-            missing += 1
-            slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
-                                     classes[k].eligibility.requests)))
-    anchor = min((n for n, _ in slots), default=min(taken) if taken else 0)
+    for s, taken in enumerate(parts):
+        by_class: dict[int, list[int]] = {}
+        for node in sorted(taken):
+            for k, n in taken[node].items():
+                by_class.setdefault(k, []).extend([node] * n)
+        for m in gpu[s * rule.size:(s + 1) * rule.size] if rule else gpu:
+            node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
+            slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+        for k, nodes in sorted(by_class.items()):  # members not created yet
+            for node in nodes:
+                missing += 1
+                slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
+                                         classes[k].eligibility.requests)))
+    anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
     for m in zero:
         node = _launcher_node(view, m, anchor, usable)
         if node is None:
@@ -331,7 +355,7 @@ def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classe
     level = topo.common_level(nodes)
     domain = topo.domain(level, topo.node_domain[level][nodes[0]]) if level >= 0 else topo.domain(-1, 0)
     met = preferred is None or level >= preferred
-    return Placement(gang.key, tuple(s for _, s in slots), level, domain, met)
+    return Placement(gang.key, tuple(s for _, s in slots), level, domain, met, slices=rule)
 
 
 def _launcher_node(view: View, m: Member, anchor: int, usable: Sequence[bool]) -> int | None:
@@ -358,7 +382,7 @@ def _zero_gpu_gang(gang: GangSpec, view: View, usable: Sequence[bool], bound: in
     node = _launcher_node(view, first, 0, usable)
     if node is None:
         return _no_launcher_node(gang, view, first, usable)
-    return _assign(gang, view, {node: {}}, [], preferred, usable)
+    return _assign(gang, view, [{node: {}}], [], preferred, usable)
 
 
 def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bool]) -> NoPlacement:
@@ -370,21 +394,29 @@ def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bo
 
 
 def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
-                  classes: list[PodClass], usable: Sequence[bool], limits: Constraints) -> NoPlacement:
+                  classes: list[PodClass], usable: Sequence[bool], limits: Constraints,
+                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = ()) -> NoPlacement:
+    """The best domain at the bound level: most whole slices (when sliced), then most pods."""
     topo = view.topology
-    best, most = None, -1
+    best, most = None, (-1, -1)
     if limits.within is not None and limits.within.level >= 0:
         domains = [limits.within]
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
     for dom in domains:
-        n = fits(view, classes, avail, dom)
+        n = (_whole_slices(view, avail, dom, list(sliced), rule) if rule else 0, fits(view, classes, avail, dom))
         if n > most:
             best, most = dom, n
     if best is None:
-        return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within)
+        return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within, slices=rule)
     blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
-    return NoPlacement(gang.key, demand, bound, best, most, blockers, within=limits.within)
+    return NoPlacement(gang.key, demand, bound, best, most[1], blockers, within=limits.within, slices=rule,
+                       slices_fit=most[0])
+
+
+def _whole_slices(view: View, avail: list[int], dom: Domain, sliced: list[list[PodClass]], rule: SliceRule) -> int:
+    parts = pack(view, avail, dom, sliced, rule.level)
+    return len(parts) if isinstance(parts, list) else parts
 
 
 def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence[bool], limits: Constraints,

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
+from extender.core.address import PodNotes
 from extender.core.model import LevelChoice, NodeFacts, PodFacts
 
 
 class Binder(Protocol):
     """Writes to the API server. Calls block and raise on failure; the service retries."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(self, namespace: str, name: str, uid: str, node: str, notes: PodNotes | None = None) -> None:
+        """Bind the pod; ``notes`` (a gang member's address) are written on it in the same update."""
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""

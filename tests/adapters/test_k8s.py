@@ -201,6 +201,22 @@ def test_bind_posts_the_binding_with_uid(apiserver):
         "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-002"}})]
 
 
+def test_a_gang_members_binding_carries_its_address_as_annotations(apiserver):
+    from extender.core.address import Address, PodNotes, Place
+    path = "/api/v1/namespaces/ml/pods/llama-3/binding"
+    apiserver.reply("POST", path, 201, {"kind": "Status", "status": "Success", "code": 201})
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    address = Address("ml/llama-3", "gpu-002", 3, 1, (Place("network.topology.nvidia.com/leaf", "leaf", "s1/l2"),
+                                                       Place("network.topology.nvidia.com/accelerator", "nvlink",
+                                                             "s1/l2/n3")))
+    b.bind("ml", "llama-3", "uid-3", "gpu-002", PodNotes(address))
+    b.close()
+    ((_, body),) = apiserver.seen("POST", path)
+    assert body["metadata"] == {"name": "llama-3", "namespace": "ml", "uid": "uid-3", "annotations": {
+        "railyard.io/rank": "3", "railyard.io/slice": "1", "railyard.io/domain.leaf": "s1/l2",
+        "railyard.io/domain.nvlink": "s1/l2/n3"}}
+
+
 def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-0/binding"
     apiserver.reply("POST", path, 409, status(409, 'Operation cannot be fulfilled on pods/binding "llama-0": '

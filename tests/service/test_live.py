@@ -55,16 +55,18 @@ class MemoryBinder:
 
     def __init__(self, fail: set[str] = frozenset()):
         self.bound: list[tuple[str, str]] = []
+        self.notes: dict[str, object] = {}
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
         self.fail = set(fail)
         self.lock = threading.Lock()
 
-    def bind(self, namespace, name, uid, node):
+    def bind(self, namespace, name, uid, node, notes=None):
         if f"{namespace}/{name}" in self.fail:
             raise RuntimeError("Operation cannot be fulfilled: precondition failed")
         with self.lock:
             self.bound.append((f"{namespace}/{name}", node))
+            self.notes[f"{namespace}/{name}"] = notes
 
     def delete_pod(self, namespace, name, uid):
         self.deleted.append(f"{namespace}/{name}")

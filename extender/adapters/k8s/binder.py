@@ -1,5 +1,5 @@
-"""The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
-delete, and Events.
+"""The Binder port (``core.ports.Binder``) over the API server: Bindings (carrying a gang
+member's address as annotations, ``kubeobjects.notes``), the compensating pod delete, and Events.
 
 ``bind`` and ``delete_pod`` are synchronous and raise ``errors.KubernetesError`` subclasses;
 the service decides what to retry. ``event`` never blocks: it drops repeats of the same
@@ -21,6 +21,8 @@ from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
+from extender.adapters.kubeobjects import notes as pod_notes
+from extender.core.address import PodNotes
 from extender.core.model import PodFacts
 
 log = logging.getLogger("railyard.k8s.binder")
@@ -33,10 +35,13 @@ class BinderObserver(Protocol):
     def event_dropped(self) -> None: ...
 
 
-def binding(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
-    """The Binding object; the UID makes the API server refuse a pod recreated under the same name."""
-    return {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+def binding(namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Binding object; the UID makes the API server refuse a pod recreated under the same name,
+    and its annotations are merged into the pod as it is bound."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 
@@ -76,11 +81,11 @@ class KubeBinder:
         self._thread = threading.Thread(target=self._send_events, name="k8s-events", daemon=True)
         self._thread.start()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, notes: PodNotes | None = None) -> None:
         """Bind the pod; a pod already bound to this node (a retry after a lost reply) is success."""
         try:
             self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
-                          body=binding(namespace, name, uid, node), timeout=self.timeout)
+                          body=binding(namespace, name, uid, node, pod_notes.annotations(notes)), timeout=self.timeout)
         except Conflict as exc:
             if self._bound_to(namespace, name, uid) == node:
                 return

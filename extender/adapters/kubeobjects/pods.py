@@ -12,6 +12,8 @@ from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
     TIMEOUT,
     Declaration,
     GangRef,
@@ -38,6 +40,11 @@ DECLARING_ANNOTATIONS = (
     ("kueue.x-k8s.io/podset-required-topology", REQUIRED, 1),
     ("railyard.io/preferred-topology", PREFERRED, 0),
     ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, 1),
+    ("railyard.io/slice-size", SLICE_SIZE, 0),
+    # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
+    ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, 1),
+    ("railyard.io/slice-required-topology", SLICE_LEVEL, 0),
+    ("kueue.x-k8s.io/podset-slice-required-topology", SLICE_LEVEL, 1),
 )
 """Gang-level values a pod declares. Precedence, lowest first:
   min-member: annotation railyard.io/min-member > PodGroup spec.minMember >
@@ -45,7 +52,9 @@ DECLARING_ANNOTATIONS = (
   timeout:    annotation railyard.io/timeout-seconds > PodGroup spec.scheduleTimeoutSeconds >
               setting gangs.default_timeout_seconds;
   required:   railyard.io/required-topology > kueue.x-k8s.io/podset-required-topology;
-  preferred:  railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology."""
+  preferred:  railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology;
+  slices:     railyard.io/slice-size > kueue.x-k8s.io/podset-slice-size, and
+              railyard.io/slice-required-topology > kueue.x-k8s.io/podset-slice-required-topology."""
 
 
 def gang_ref(pod: Mapping[str, Any]) -> GangRef:
