@@ -86,14 +86,27 @@ def available(view: View, classes: list[PodClass]) -> list[int]:
 
 
 class Left:
-    """What a plan has left on each node of a range: GPUs and every requested resource."""
+    """What a plan has left on each node: GPUs and every requested resource. Only what it took
+    is stored, so one costs nothing to make however many nodes the cluster has."""
 
     def __init__(self, view: View, avail: list[int]) -> None:
         self.view = view
-        self.gpus = list(avail)
+        self.avail = avail
+        """Free GPUs per node before the plan (read only)."""
+        self.spent: dict[int, int] = {}
         self.used: dict[int, dict[str, int]] = {}
         self.fresh = True
         """Nothing taken yet: every class's ``cap`` still holds as computed."""
+
+    def gpus(self, i: int) -> int:
+        return self.avail[i] - self.spent.get(i, 0)
+
+    def gpus_in(self, start: int, end: int) -> list[int]:
+        """GPUs left on each node of [start, end)."""
+        if not self.spent:
+            return self.avail[start:end]
+        spent, avail = self.spent, self.avail
+        return [avail[i] - spent.get(i, 0) for i in range(start, end)]
 
     def cap(self, c: PodClass, i: int) -> int:
         if not c.cap[i]:
@@ -102,12 +115,12 @@ class Left:
         extra = self.used.get(i)
         if extra:
             taken = {k: taken.get(k, 0) + extra.get(k, 0) for k in {*taken, *extra}}
-        return min(self.gpus[i] // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
+        return min(self.gpus(i) // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
 
     def take(self, c: PodClass, i: int, n: int) -> None:
         """Take n pods of class c on node i (n < 0 gives them back)."""
         self.fresh = False
-        self.gpus[i] -= n * c.gpus
+        self.spent[i] = self.spent.get(i, 0) + n * c.gpus
         extra = self.used.setdefault(i, {})
         for name, amount in c.eligibility.requests:
             extra[name] = extra.get(name, 0) + n * amount
@@ -147,7 +160,7 @@ def allocate(topo: Topology, left: Left, dom: Domain, classes: list[PodClass]) -
             continue
         caps = c.cap[dom.start:dom.end] if left.fresh else [left.cap(c, i) for i in range(dom.start, dom.end)]
         slot_prefix = [0, *accumulate(caps)]
-        free_prefix = [0, *accumulate(left.gpus[dom.start:dom.end])]
+        free_prefix = [0, *accumulate(left.gpus_in(dom.start, dom.end))]
         got: list[tuple[int, int]] = []
         if slot_prefix[-1] < c.count or not fewest_children(
                 topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):

@@ -51,7 +51,7 @@ from extender.core.packing import (
     rank_order,
     usable_nodes,
 )
-from extender.core.slices import SliceRule, cut, pack, resolve
+from extender.core.slices import SliceRule, cut, pack, resolve, whole_slices
 from extender.core.state import CORDONED, NOT_READY, Slot, View
 from extender.core.topology import Domain, Topology
 
@@ -242,7 +242,7 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             available=sum(avail[i] for i in span),
             fits=fits(view, classes, avail, dom),
             blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
-            slices=_whole_slices(view, avail, dom, sliced, rule) if rule else 0,
+            slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
         ))
     rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
     return bound, rows
@@ -404,7 +404,7 @@ def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[in
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
     for dom in domains:
-        n = (_whole_slices(view, avail, dom, list(sliced), rule) if rule else 0, fits(view, classes, avail, dom))
+        n = (whole_slices(view, avail, dom, list(sliced), rule.level) if rule else 0, fits(view, classes, avail, dom))
         if n > most:
             best, most = dom, n
     if best is None:
@@ -412,11 +412,6 @@ def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[in
     blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
     return NoPlacement(gang.key, demand, bound, best, most[1], blockers, within=limits.within, slices=rule,
                        slices_fit=most[0])
-
-
-def _whole_slices(view: View, avail: list[int], dom: Domain, sliced: list[list[PodClass]], rule: SliceRule) -> int:
-    parts = pack(view, avail, dom, sliced, rule.level)
-    return len(parts) if isinstance(parts, list) else parts
 
 
 def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence[bool], limits: Constraints,

@@ -81,6 +81,16 @@ def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]]
     return parts
 
 
+def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], level: int) -> int:
+    """How many of the slices dom holds: for pods of one shape, each slice-level domain's slots
+    // slice size (exact); else as many as ``pack`` places."""
+    if not slices or len(slices[0]) != 1:
+        parts = pack(view, avail, dom, slices, level)
+        return len(parts) if isinstance(parts, list) else parts
+    slots = _SliceDomains(view.topology, Left(view, avail), dom, level, slices[0]).slots[0]
+    return min(len(slices), sum(n // slices[0][0].count for n in slots))
+
+
 class _SliceDomains:
     """The domains of the slice level inside the gang's domain, by free GPUs (best fit first),
     with the slots each still has per class."""
@@ -92,7 +102,7 @@ class _SliceDomains:
         else:
             first, last = topo.node_domain[level][dom.start], topo.node_domain[level][dom.end - 1]
             self.domains = [topo.domain(level, d) for d in range(first, last + 1)]
-        self.free = [sum(left.gpus[d.start:d.end]) for d in self.domains]
+        self.free = [sum(left.gpus_in(d.start, d.end)) for d in self.domains]
         self.slots = [[sum(c.cap[d.start:d.end]) for d in self.domains] for c in classes]
         self.order = sorted((free, d) for d, free in enumerate(self.free))
 
@@ -107,7 +117,7 @@ class _SliceDomains:
                 continue
             del self.order[pos]
             dom = self.domains[d]
-            self.free[d] = sum(self.left.gpus[dom.start:dom.end])
+            self.free[d] = sum(self.left.gpus_in(dom.start, dom.end))
             for k, c in enumerate(piece):
                 self.slots[k][d] = sum(self.left.cap(c, i) for i in range(dom.start, dom.end))
             insort(self.order, (self.free[d], d))
