@@ -26,7 +26,7 @@ from typing import Callable, Collection, Sequence
 from extender.core import verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import GangSpec, PodFacts
-from extender.core.planner import Constraints, NoPlacement, Placement, plan
+from extender.core.planner import Constraints, NoPlacement, Placement, named_slots, plan
 from extender.core.topology import Domain
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
@@ -190,8 +190,9 @@ class GangBook:
             slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
             if slot is not None:
                 # A member created after planning is a member all the same: deleting it must
-                # unreserve the gang like deleting any other.
+                # unreserve the gang like deleting any other; the plan names it from now on.
                 rec.members = (*rec.members, pod.key)
+                rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
         if slot is None:
             reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
             return FilterVerdict((), {}, {n: reason for n in names})

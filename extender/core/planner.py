@@ -52,7 +52,7 @@ from extender.core.packing import (
     usable_nodes,
 )
 from extender.core.slices import SliceRule, cut, pack, resolve, whole_slices
-from extender.core.state import CORDONED, NOT_READY, Slot, View
+from extender.core.state import CORDONED, NOT_READY, Reservation, Slot, View
 from extender.core.topology import Domain, Topology
 
 
@@ -269,6 +269,14 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
             break
         d, lvl = topo.parent[lvl][d], lvl - 1
     return out
+
+
+def named_slots(placement: Placement | None, held: Reservation | None) -> Placement | None:
+    """The placement with its GPU slots as the reservation holds them now: the members created
+    after planning by name, in the same order (so the same ranks)."""
+    if placement is None or held is None:
+        return placement
+    return replace(placement, slots=(*held.slots, *(s for s in placement.slots if s.gpus == 0)))
 
 
 # -- building blocks ------------------------------------------------------------------------

@@ -72,6 +72,7 @@ def test_a_member_created_after_planning_gets_the_rank_of_the_slot_it_takes():
     plan.update(steer(ext, pods[3:]))
     bind_all(ext, pods, plan)
     assert pod_notes.annotations(binder.notes["ml/g-3"]) == annotations(3, 1, "n2")
+    assert [r["pod"] for r in ext.debug_gangs()[0]["ranks"]] == ["ml/g-0", "ml/g-1", "ml/g-2", "ml/g-3"]
 
 
 def test_debug_gangs_and_explain_show_rank_pod_node_and_domains():
