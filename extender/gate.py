@@ -46,7 +46,7 @@ class PermitGate:
             gang = pod.gang.key
             decision = self.book.permit(gang, key, uid, node) if pod.gang.named and self.book.get(gang) else None
             rec = self.book.get(gang) if isinstance(decision, Allow) else None
-            notes = gang_notes(self.book.state, rec.placement, gang) if rec is not None else {}
+            notes = gang_notes(self.book.state.topology, rec.placement) if rec is not None else {}
         match decision:
             case None:
                 error = self._bind_with_retries(key, uid, node)

@@ -18,7 +18,7 @@ from extender.core.lifecycle import HOLDING, Phase
 from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
-from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.state import ClusterState, Reservation
 from extender.core.topology import Topology
 from extender.settings import GangSettings
 
@@ -72,8 +72,8 @@ def slices_json(topo: Topology, placement: Placement | None) -> dict[str, Any] |
     return {"size": rule.size, "level": topo.level_key(rule.level), "count": count}
 
 
-def ranks_json(topo: Topology, placement: Placement | None, slots: Sequence[Slot] | None = None) -> list[dict[str, Any]]:
-    return [address_json(a) for a in addresses(topo, placement, slots)] if placement is not None else []
+def ranks_json(topo: Topology, placement: Placement | None) -> list[dict[str, Any]]:
+    return [address_json(a) for a in addresses(topo, placement)] if placement is not None else []
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -167,7 +167,7 @@ def debug_gangs(live: Live, now: float) -> list[dict]:
             "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             "reason": rec.reason,
             "slices": slices_json(live.state.topology, rec.placement),
-            "ranks": ranks_json(live.state.topology, rec.placement, slots if held else None),
+            "ranks": ranks_json(live.state.topology, rec.placement),
         })
     return out
 
@@ -191,10 +191,10 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
     }
     if rec is not None:
         _describe(out, rec, now)
-        if rec.placement is not None and rec.phase in HOLDING:
-            held = live.state.reservation(gang)
+        if rec.placement is not None and (rec.phase in HOLDING or rec.phase == Phase.BOUND):
+            # Held or bound: the addresses its members were (or will be) bound with.
             out["slices"] = slices_json(live.state.topology, rec.placement)
-            out["ranks"] = ranks_json(live.state.topology, rec.placement, held.slots if held else None)
+            out["ranks"] = ranks_json(live.state.topology, rec.placement)
     if not members:
         return out
     spec = gangspec.build(gang, members, live.groups.get(gang), live.default_timeout)

@@ -13,10 +13,8 @@ domains but no rank or slice: their place in the whole gang is not the plan's to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from extender.core.planner import Placement
-from extender.core.state import ClusterState, Slot
 from extender.core.topology import Topology, format_path
 from extender.core.verdicts import level_word
 
@@ -53,13 +51,12 @@ class PodNotes:
     address: Address | None = None
 
 
-def addresses(topo: Topology, placement: Placement, slots: Sequence[Slot] | None = None) -> list[Address]:
-    """The address of every GPU member, in rank order. ``slots``: the placement's slots as the
-    reservation holds them now (members created after planning named), default its own."""
+def addresses(topo: Topology, placement: Placement) -> list[Address]:
+    """The address of every GPU member, in rank order."""
     ranked = placement.home is None
     size = placement.slices.size if placement.slices is not None and ranked else 0
     out = []
-    for rank, slot in enumerate(s for s in (placement.slots if slots is None else slots) if s.gpus > 0):
+    for rank, slot in enumerate(s for s in placement.slots if s.gpus > 0):
         out.append(Address(slot.member, slot.node, rank if ranked else None, rank // size if size else None,
                            domains(topo, slot.node)))
     return out
@@ -77,9 +74,6 @@ def domains(topo: Topology, node: str) -> tuple[Place, ...]:
     return tuple(out)
 
 
-def gang_notes(state: ClusterState, placement: Placement | None, gang: str) -> dict[str, PodNotes]:
-    """Per member of the gang's reservation, what to write on it as it is bound."""
-    held = state.reservation(gang)
-    if placement is None or held is None:
-        return {}
-    return {a.pod: PodNotes(a) for a in addresses(state.topology, placement, held.slots)}
+def gang_notes(topo: Topology, placement: Placement | None) -> dict[str, PodNotes]:
+    """Per member of a planned gang, what to write on it as it is bound."""
+    return {a.pod: PodNotes(a) for a in addresses(topo, placement)} if placement is not None else {}
