@@ -207,3 +207,15 @@ def test_the_sizes_that_divide_the_gang_are_listed_up_to_twelve():
     a = plan(PARTLY_USED, ranked("g", 720, 1, annotations={SIZE: "7", LEVEL: NVL}))
     assert a.reason == ("gang ml/g: railyard.io/slice-size 7 does not cut the gang's 720 GPU pods into whole "
                         "slices (sizes that do: 1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, ...)")
+
+
+def test_slices_of_mixed_shapes_share_their_domains_nodes_best_fit():
+    # Ranks 0 and 2 ask 8 GPUs, 1 and 3 ask 4: each slice is one of each (12 GPUs). n1 is the
+    # best fit for 24 GPUs (ties with n3, n4 go to the rack with least free); inside it slice 0
+    # takes h1 and half of h2, slice 1 h3 and the other half of h2.
+    pods = ranked("g", 4, annotations={SIZE: "2", LEVEL: NVL})
+    for p, gpus in zip(pods, ["8", "4", "8", "4"]):
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    a = plan(PARTLY_USED, pods)
+    assert a.feasible and a.domain == ["b1", "r1", "n1"]
+    assert by_rank(a, pods) == ["h1", "h2", "h3", "h2"]
