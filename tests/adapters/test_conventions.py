@@ -10,11 +10,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, SCHEDULER_PLUGINS, VOLCANO
 from extender.core import gangspec
 from extender.core.model import MIN_MEMBER, PREFERRED, REQUIRED
 from extender.settings import DEFAULT_GPU_RESOURCE
+from extender.whatif import WhatIf
 from tests.topologies import TRANSLATE, TWO_RACKS, cluster, pod
 
 LEAF = "network.topology.nvidia.com/leaf"
@@ -317,3 +319,23 @@ def test_a_group_problem_makes_the_gang_invalid_and_is_its_reason():
     assert a.reason == ("gang ml/g: Volcano PodGroup ml/g spec.networkTopology.highestTierAllowed 1 (hard) names a "
                         "HyperNode tier railyard cannot match to a topology level: placement.volcano_tiers maps 0 "
                         "tiers; list the node label key of tier 1, 2, ... there, or set highestTierName")
+
+
+def test_volcano_tier_n_bounds_the_gang_to_one_domain_of_the_nth_mapped_level():
+    tiers = ko.Translator(DEFAULT_GPU_RESOURCE, volcano_tiers=("nvlink", LEAF))
+    nodes = [tiers.node(n) for n in topotext.load(TWO_RACKS).nodes]
+
+    def plan(tier: int):
+        pg = tiers.group(volcano({"minMember": 3, "networkTopology": {"mode": "hard", "highestTierAllowed": tier}}))
+        w = WhatIf.load(nodes, ko.detect_levels(nodes), [tiers.pod(p) for p in topotext.load(TWO_RACKS).filler_pods()],
+                        [pg])
+        (a,) = w.plan_pending([tiers.pod(pod("g-0", 8, annotations={"scheduling.k8s.io/group-name": "g"}))])
+        return a
+
+    # Tier 1 = an NVLink domain: none has 3 free 8-GPU nodes in TWO_RACKS (n1 has h1, h2).
+    a = plan(1)
+    assert not a.feasible and a.reason == ("gang ml/g needs 3 pods x 8 GPUs within one "
+                                           "network.topology.nvidia.com/accelerator; best nvlink b1/r1/n1 fits 2")
+    # Tier 2 = a leaf: rack r1 holds h1, h2, h3.
+    a = plan(2)
+    assert a.feasible and a.level == LEAF and a.domain == ["b1", "r1"]
