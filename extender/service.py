@@ -84,24 +84,14 @@ class TopologyExtender:
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.changed(pod, self.state)
-            self._arrived(pod)
+            self.arrivals.noted(pod, self.pods, self.clock())
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.deleted(pod, self.state)
-            self._arrived(pod)
+            self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._cond.notify_all()
-
-    def _arrived(self, pod: PodFacts) -> None:
-        """Keep when each gang last got a new member while it has any waiting (``core.settle``)."""
-        if not pod.gang.named:
-            return
-        if self.pods.has_pending(pod.gang.key):
-            if self.pods.pending_pod(pod.key) is not None:
-                self.arrivals.seen(pod.gang.key, pod.key, self.clock())
-        else:
-            self.arrivals.forget(pod.gang.key)
 
     def group_upserted(self, group: GroupFacts) -> None:
         with self._cond:
@@ -159,7 +149,7 @@ class TopologyExtender:
                 # made on nodes without their pods would promise GPUs that are in use.
                 raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
             self.pods.filtered(pod)
-            self._arrived(pod)
+            self.arrivals.noted(pod, self.pods, now)
             if not pod.gang.named:
                 return filter_single(self.state.view(), pod.gpus, node_names)
             rec = self.book.record(pod.gang.key, now)

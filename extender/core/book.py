@@ -6,7 +6,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
              unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
              steer(rec, member, names)     the member's one planned node, or the reason (a node
-                                           kube-scheduler refused: unreserve, plan again without it)
+                                           kube-scheduler refused: unreserve, plan again without it;
+                                           another candidate placement is no refusal)
     bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
@@ -28,10 +29,9 @@ from extender.core import verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import GangSpec, PodFacts
 from extender.core.planner import Constraints, NoPlacement, Placement, plan
-from extender.core.topology import Domain
+from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
-from extender.core.topology import Topology
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Callable
 
 from extender.core import verdicts
-from extender.core.model import GangSpec
+from extender.core.model import GangSpec, PodFacts
+from extender.core.pods import PodIndex
 
 
 class Arrivals:
@@ -25,6 +26,16 @@ class Arrivals:
     def __init__(self) -> None:
         self._members: dict[str, set[str]] = {}
         self._last: dict[str, float] = {}
+
+    def noted(self, pod: PodFacts, pods: PodIndex, now: float) -> None:
+        """The watch or filter showed ``pod`` (``pods`` already updated): a pending member not
+        seen before moves its gang's time; a gang with no member pending is forgotten."""
+        if not pod.gang.named:
+            return
+        if not pods.has_pending(pod.gang.key):
+            self.forget(pod.gang.key)
+        elif pods.pending_pod(pod.key) is not None:
+            self.seen(pod.gang.key, pod.key, now)
 
     def seen(self, gang: str, member: str, now: float) -> None:
         """A member of ``gang`` was seen; only a member not seen before moves the time."""
