@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from extender.core import gangspec, verdicts
+from extender.core import gangspec, settle, verdicts
 from extender.core.book import GangBook, GangRecord
-from extender.core.errors import NotReady
+from extender.core.errors import NotReady, Settling
 from extender.core.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 from extender.core.planner import home_domains
@@ -33,7 +33,8 @@ from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
 KINDS = ("nodes", "pods", "podgroups")
-"""What the watch cache lists before railyard plans a gang."""
+"""What the watch cache lists before railyard plans a gang, unless told otherwise (``kinds``):
+nodes, pods, and each kind of group object (opaque names; ``GroupFacts.kind``)."""
 
 
 class TopologyExtender:
@@ -44,8 +45,10 @@ class TopologyExtender:
     """
 
     def __init__(self, settings: Settings, binder: Binder, scheme: LabelScheme, observer: Observer | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 kinds: Sequence[str] = KINDS):
         self.settings = settings
+        self.kinds = tuple(kinds)
         self.binder = binder
         self.scheme = scheme
         self.observer: Observer = observer or NullObserver()
@@ -56,7 +59,9 @@ class TopologyExtender:
         self.state = ClusterState(self._fixed_levels or ())
         self.book = GangBook(self.state, self.observer, on_step=self._publish)
         self.pods = PodIndex()
-        self.groups: dict[str, GroupFacts] = {}
+        self.groups: dict[tuple[str, str], GroupFacts] = {}
+        """By ``GroupFacts.id``: a pod reads the group its own convention names."""
+        self.arrivals = settle.Arrivals()
         self._cond = threading.Condition(threading.RLock())
         self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
                                self._tick, clock, sleep)
@@ -82,20 +87,22 @@ class TopologyExtender:
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.changed(pod, self.state)
+            self.arrivals.noted(pod, self.pods, self.clock())
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.deleted(pod, self.state)
+            self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._cond.notify_all()
 
     def group_upserted(self, group: GroupFacts) -> None:
         with self._cond:
-            self.groups[group.key] = group
+            self.groups[group.id] = group
 
-    def group_deleted(self, key: str) -> None:
+    def group_deleted(self, group: GroupFacts) -> None:
         with self._cond:
-            self.groups.pop(key, None)
+            self.groups.pop(group.id, None)
 
     def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts]) -> None:
         with self._cond:
@@ -108,13 +115,15 @@ class TopologyExtender:
                 for pod in pods:
                     self.pods.changed(pod, self.state)
                 self.state.drop_bound_slots_except({p.key for p in pods})
-            elif kind == "podgroups":
-                self.groups = {g.key: g for g in objects if isinstance(g, GroupFacts)}
+                self.arrivals.prune(self.pods.has_pending)
+            else:  # one kind of group object
+                self.groups = {i: g for i, g in self.groups.items() if i[0] != kind}
+                self.groups.update((g.id, g) for g in objects if isinstance(g, GroupFacts))
             self._synced.add(kind)
 
     def ready(self) -> bool:
         with self._cond:
-            return set(KINDS) <= self._synced
+            return set(self.kinds) <= self._synced
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
@@ -141,8 +150,9 @@ class TopologyExtender:
             if pod.gang.named and not self.ready():
                 # Serving starts before the lists finish (a restart, kill -9 included): a plan
                 # made on nodes without their pods would promise GPUs that are in use.
-                raise NotReady(verdicts.still_listing(sorted(set(KINDS) - self._synced), pod.gang.key))
+                raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
             self.pods.filtered(pod)
+            self.arrivals.noted(pod, self.pods, now)
             if not pod.gang.named:
                 return filter_single(self.state.view(), pod.gpus, node_names)
             rec = self.book.record(pod.gang.key, now)
@@ -167,8 +177,12 @@ class TopologyExtender:
             members.append(pod)
         members.sort(key=lambda p: p.key)
         running = self.pods.bound_pods(rec.key)
-        spec = gangspec.build(rec.key, members, self.groups.get(rec.key),
+        spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
                               self.settings.gangs.default_timeout_seconds, running=len(running))
+        wait = settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds)
+        if wait is not None:
+            self.book.unsettled(rec, wait)
+            raise Settling(wait)
         started = time.perf_counter()
         topo = self.state.topology
         # kube-scheduler's verdict as evidence: the names it sends passed its own filters for
@@ -212,7 +226,8 @@ class TopologyExtender:
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 
     def _live(self) -> Live:
-        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds)
+        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds,
+                    self.arrivals, self.settings.gangs.settle_seconds)
 
     def debug_gangs(self) -> list[dict]:
         with self._cond:

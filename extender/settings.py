@@ -4,8 +4,8 @@ Only ``app.py`` reads flags, files and the environment; everything else receives
 ``validate()`` returns every problem at once, so an operator fixes a config in one pass.
 A YAML file (``railyard serve --config FILE``) mirrors the tree::
 
-    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
-    gangs: {default_timeout_seconds: 60, bind_attempts: 3}
+    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu, volcano_tiers: []}
+    gangs: {default_timeout_seconds: 60, bind_attempts: 3, settle_seconds: 5}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
 """
@@ -35,6 +35,11 @@ class PlacementSettings:
     """Topology label keys, broadest first. Empty: detected from the labels nodes carry."""
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     """The extended resource counted as GPUs."""
+    volcano_tiers: tuple[str, ...] = ()
+    """Volcano HyperNode tiers as topology levels, tier 1 first: the node label key (or short
+    name) whose domains are the tier's HyperNodes. A Volcano PodGroup's hard ``highestTierAllowed:
+    N`` is then the required level ``volcano_tiers[N-1]``. Empty: such a gang is not placed, and
+    its reason says to set this (``highestTierName`` needs no mapping)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class GangSettings:
     """Tries per Binding before the compensating action (evicting the members already bound)."""
     event_interval_seconds: float = 30.0
     """At most one Kubernetes Event per pod and reason in this interval."""
+    settle_seconds: float = 5.0
+    """A gang whose size is declared nowhere (no min-member annotation, no PodGroup size) is
+    planned only once no new member has appeared for this long; it holds nothing meanwhile.
+    0: plan at once with the members seen (they may then bind in rounds)."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +131,14 @@ class Settings:
             problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.settle_seconds < 0:
+            problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:
             problems.append("gangs.bind_attempts must be at least 1")
         if len(set(self.placement.levels)) != len(self.placement.levels):
             problems.append("placement.levels lists a key twice")
+        if not all(self.placement.volcano_tiers) or len(set(self.placement.volcano_tiers)) != len(self.placement.volcano_tiers):
+            problems.append("placement.volcano_tiers must list distinct, non-empty level keys")
         if not self.placement.gpu_resource:
             problems.append("placement.gpu_resource must not be empty")
         return problems

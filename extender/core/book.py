@@ -3,9 +3,11 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
 
     filter   prepare(rec, member)          a finished round retries; an unsized gang that
                                            grew is unreserved
+             unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
              steer(rec, member, names)     the member's one planned node, or the reason (a node
-                                           kube-scheduler refused: unreserve, plan again without it)
+                                           kube-scheduler refused: unreserve, plan again without it;
+                                           another candidate placement is no refusal)
     bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
@@ -27,7 +29,7 @@ from extender.core import verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import GangSpec, PodFacts
 from extender.core.planner import Constraints, NoPlacement, Placement, plan
-from extender.core.topology import Domain
+from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
 from extender.core.verdicts import FilterVerdict
@@ -142,6 +144,13 @@ class GangBook:
         if rec.phase in (Phase.PLANNED, Phase.WAITING) and not rec.sized and member not in rec.members:
             self.unreserve(rec, Event.RETRY, verdicts.gang_grew(rec.key, member))
 
+    def unsettled(self, rec: GangRecord, reason: str) -> None:
+        """A PENDING gang of undeclared size got a member recently (``core.settle``): it is
+        not planned yet and holds nothing; ``reason`` says until when."""
+        rec.reason = reason
+        rec.placement = None
+        self._step(rec, Event.UNSETTLED)
+
     def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
                 homes: Sequence[Domain] = ()) -> None:
         """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
@@ -199,6 +208,11 @@ class GangBook:
             reason = verdicts.reserved_node(rec.key, slot.node, pod.key,
                                             verdicts.where_planned(self.state.topology, rec.placement))
             return FilterVerdict((slot.node,), {n: reason for n in names if n != slot.node})
+        if another_placement(self.state.topology, names, slot.node):
+            # kube-scheduler's pod-group cycle (KEP-5732) tries each candidate placement in turn
+            # with only its nodes: one without the planned node is not a refusal of it.
+            where = verdicts.where_planned(self.state.topology, rec.placement)
+            return FilterVerdict((), {n: verdicts.reserved_node(rec.key, slot.node, pod.key, where) for n in names})
         rec.refused[slot.node] = pod.key
         reason = verdicts.node_refused(slot.node, pod.key, rec.key, sorted(rec.refused))
         self.unreserve(rec, Event.RETRY, reason)
@@ -340,3 +354,18 @@ class GangBook:
     def _report(self) -> None:
         res = self.state.reservations()
         self.observer.reservations(len(res), sum(r.gpus for r in res.values()))
+
+
+def another_placement(topo: Topology, names: Sequence[str], planned: str) -> bool:
+    """The nodes offered all share one value of some level's label, and the planned node has
+    another: a candidate placement of kube-scheduler's pod-group cycle (by label value, as its
+    TopologyPlacement plugin groups nodes), not the planned node's domain."""
+    at = topo.index.get(planned)
+    offered = [topo.index[n] for n in names if n in topo.index]
+    if at is None or not offered:
+        return False
+    for lvl in range(topo.depth):
+        values = {topo.node_paths[i][lvl] for i in offered}
+        if len(values) == 1 and None not in values and topo.node_paths[at][lvl] not in values:
+            return True
+    return False

@@ -35,7 +35,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     ``running``: members of the gang already bound and running; they count toward min-member,
     so replacements for a running gang's lost members are planned as a round of their own.
     """
-    problems: list[str] = []
+    problems: list[str] = list(group.problems if group else ())
     decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
     owner = {id(d): p.key for p in pods for d in p.declarations}
 

@@ -166,6 +166,14 @@ class GangRef:
     """``<namespace>/<group>``, or ``<namespace>/<pod>`` for a pod that names no group."""
     named: bool
     """The pod names a group; False: it is a gang of one."""
+    group_kind: str = ""
+    """Which kind of group object the pod's convention names (an opaque name the adapters
+    give each API, e.g. ``podgroups``); empty: its convention has no group object."""
+
+    @property
+    def group_id(self) -> tuple[str, str] | None:
+        """The key of the group object this pod reads (``GroupFacts.id``), or None."""
+        return (self.group_kind, self.key) if self.group_kind else None
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
@@ -232,6 +240,15 @@ class GroupFacts:
     key: str
     """``<namespace>/<name>``: the gang key of the pods that name it."""
     declarations: tuple[Declaration, ...] = ()
+    kind: str = ""
+    """Which API the object comes from (``GangRef.group_kind`` of the pods that read it): two
+    conventions' objects with the same namespace and name are different groups."""
+    problems: tuple[str, ...] = ()
+    """What the object asks that railyard cannot honour; a gang reading it is not placed."""
+
+    @property
+    def id(self) -> tuple[str, str]:
+        return (self.kind, self.key)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,12 @@ def still_listing(missing: list[str], gang: str) -> str:
             f"planned once it has (the scheduler retries the pod)")
 
 
+def settling(gang: str, members: int, quiet: float, interval: float) -> str:
+    return (f"gang {gang} declares no size: {members} member{'s' if members != 1 else ''} seen, the newest "
+            f"{quiet:.1f}s ago; it is planned once no new member appears for {interval:g}s "
+            f"(declare the size to skip the wait: railyard.io/min-member or its PodGroup's)")
+
+
 def gang_grew(gang: str, member: str) -> str:
     return f"gang {gang} grew to include {member}; planning again"
 

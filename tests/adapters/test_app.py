@@ -115,3 +115,22 @@ def apiserver_app():
             yield application, address
         finally:
             application.stop()
+
+
+def test_the_convention_settings_reach_the_translator_and_the_service(tmp_path):
+    path = tmp_path / "railyard.yaml"
+    path.write_text("placement: {volcano_tiers: [nvlink, network.topology.nvidia.com/leaf]}\n"
+                    "gangs: {settle_seconds: 2.5}\n")
+    s = app.load_settings(str(path), {})
+    with FakeApiServer() as fake:
+        application = app.build(s, client=fake.client())
+        assert application.cache.translator.volcano_tiers == ("nvlink", "network.topology.nvidia.com/leaf")
+        assert application.service.settings.gangs.settle_seconds == 2.5
+        # The service waits for every kind the cache lists, the four PodGroup APIs included.
+        assert application.service.kinds == tuple(r.kind for r in application.cache.resources)
+        assert len(application.service.kinds) == 6
+    path.write_text("placement: {volcano_tiers: [leaf, leaf]}\ngangs: {settle_seconds: -1}\n")
+    with pytest.raises(app.ConfigError) as exc:
+        app.load_settings(str(path), {})
+    assert str(exc.value) == ("gangs.settle_seconds must be 0 or more; "
+                              "placement.volcano_tiers must list distinct, non-empty level keys")
