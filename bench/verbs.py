@@ -40,6 +40,9 @@ class NoBinder:
     def delete_pod(self, namespace, name, uid):
         pass
 
+    def mark(self, namespace, name, uid, mark):
+        pass
+
     def event(self, pod, reason, message, type_="Warning"):
         pass
 

@@ -28,7 +28,9 @@ from extender.core.preemption import vet_victims
 from extender.core.single import best_fit_scores, filter_single, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
+from extender.core.recovery import Rounds
 from extender.gate import PermitGate
+from extender.recovering import Recoverer
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
@@ -63,8 +65,11 @@ class TopologyExtender:
         """By ``GroupFacts.id``: a pod reads the group its own convention names."""
         self.arrivals = settle.Arrivals()
         self._cond = threading.Condition(threading.RLock())
+        self.rounds = Rounds()
         self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
-                               self._tick, clock, sleep)
+                               self._tick, clock, sleep, self._tell)
+        self.recoverer = Recoverer(self._cond, self.state, self.book, self.rounds, self.pods, binder,
+                                   self.observer, settings.gangs, clock, self._tell)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: set[str] = set()
@@ -76,24 +81,34 @@ class TopologyExtender:
         with self._cond:
             if self._fixed_levels is None and not self.scheme.schemes_of(node) <= self._schemes:
                 self._levels_stale = True
+            old = self.state.node(node.name)
             self.state.upsert_node(node)
+            if old is not None and (old.unschedulable, old.ready, old.taints) != (node.unschedulable, node.ready,
+                                                                                   node.taints):
+                if self.book.node_changed(node):  # a planned node no longer takes its members
+                    self._tell()
+                    self._cond.notify_all()
 
     def node_deleted(self, name: str) -> None:
         with self._cond:
             self.state.delete_node(name)
             if self.book.node_deleted(name):
+                self._tell()
                 self._cond.notify_all()
 
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.changed(pod, self.state)
+            self.rounds.changed(pod, self.clock())
             self.arrivals.noted(pod, self.pods, self.clock())
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.deleted(pod, self.state)
+            self.rounds.gone(pod)
             self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
+                self._tell()
                 self._cond.notify_all()
 
     def group_upserted(self, group: GroupFacts) -> None:
@@ -111,9 +126,11 @@ class TopologyExtender:
                 self._redetect(force=True)
             elif kind == "pods":
                 self.pods.clear(self.state)
+                self.rounds.clear()
                 pods = [p for p in objects if isinstance(p, PodFacts)]
                 for pod in pods:
                     self.pods.changed(pod, self.state)
+                    self.rounds.changed(pod, self.clock())
                 self.state.drop_bound_slots_except({p.key for p in pods})
                 self.arrivals.prune(self.pods.has_pending)
             else:  # one kind of group object
@@ -143,6 +160,7 @@ class TopologyExtender:
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
         if pod.gpus == 0:
             return FilterVerdict(tuple(node_names))
+        self.recoverer.run()
         with self._cond:
             now = self._tick()
             if self._levels_stale:
@@ -167,6 +185,7 @@ class TopologyExtender:
                     break
             if rec.phase not in HOLDING:
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
+            self._tell()
             if rec.round != round_:
                 self._cond.notify_all()
             return verdict
@@ -178,7 +197,8 @@ class TopologyExtender:
         members.sort(key=lambda p: p.key)
         running = self.pods.bound_pods(rec.key)
         spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
-                              self.settings.gangs.default_timeout_seconds, running=len(running))
+                              self.settings.gangs.default_timeout_seconds, running=len(running),
+                              max_timeout=self.settings.gangs.max_timeout_seconds)
         wait = settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds)
         if wait is not None:
             self.book.unsettled(rec, wait)
@@ -206,15 +226,25 @@ class TopologyExtender:
     # -- bind: the gang's permit gate (gate.py) ------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.recoverer.run()
         self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
         """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
         now = self.clock()
         if self.book.expire(now):
+            self._tell()
             self._cond.notify_all()
         self.book.collect(now, self.pods.has_pending)
         return now
+
+    def _tell(self) -> None:
+        """The book's notices as Events on the pods they concern (never blocks; rate-limited)."""
+        for notice in self.book.take_notices():
+            for key in notice.members:
+                pod = self.pods.pending_pod(key) or self.pods.seen_pod(key) or self.pods.bound_named(key)
+                if pod is not None:
+                    self.binder.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
 
     # -- preempt -------------------------------------------------------------------------------
 
@@ -226,8 +256,9 @@ class TopologyExtender:
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 
     def _live(self) -> Live:
-        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds,
-                    self.arrivals, self.settings.gangs.settle_seconds)
+        g = self.settings.gangs
+        return Live(self.state, self.book, self.pods, self.groups, g.default_timeout_seconds,
+                    self.arrivals, g.settle_seconds, g.max_timeout_seconds)
 
     def debug_gangs(self) -> list[dict]:
         with self._cond:

@@ -54,6 +54,19 @@ class GangSettings:
     """A gang whose size is declared nowhere (no min-member annotation, no PodGroup size) is
     planned only once no new member has appeared for this long; it holds nothing meanwhile.
     0: plan at once with the members seen (they may then bind in rounds)."""
+    max_timeout_seconds: float = 0.0
+    """Longest a gang waits at bind; a longer per-gang timeout is capped to it (and says so).
+    0: kube-scheduler's extender httpTimeout (read from ``scheduler_config``) minus
+    ``bind_margin_seconds``; without ``scheduler_config``, no cap."""
+    bind_margin_seconds: float = 10.0
+    """Kept free of a held bind call's httpTimeout for the gang's Bindings themselves."""
+    recovery_grace_seconds: float = 10.0
+    """A Binding round found partly bound (the process that issued it died, or lost leadership)
+    is completed or compensated once it has stayed partial this long here with no plan of
+    this process in progress for the gang."""
+    binding_pause_seconds: float = 0.0
+    """Fault injection for tests only: a pause between a gang's Bindings, which then go out one
+    by one, so a test can kill the extender in the middle of a burst. Keep 0."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,13 @@ class Settings:
             problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.max_timeout_seconds < 0 or self.gangs.bind_margin_seconds < 0:
+            problems.append("gangs.max_timeout_seconds and gangs.bind_margin_seconds must not be negative")
+        elif 0 < self.gangs.max_timeout_seconds < self.gangs.default_timeout_seconds:
+            problems.append(f"gangs.default_timeout_seconds ({self.gangs.default_timeout_seconds:g}) must not exceed "
+                            f"gangs.max_timeout_seconds ({self.gangs.max_timeout_seconds:g})")
+        if self.gangs.recovery_grace_seconds < 0 or self.gangs.binding_pause_seconds < 0:
+            problems.append("gangs.recovery_grace_seconds and gangs.binding_pause_seconds must not be negative")
         if self.gangs.settle_seconds < 0:
             problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:

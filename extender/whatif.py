@@ -117,6 +117,7 @@ class Live:
     default_timeout: float
     arrivals: settle.Arrivals = field(default_factory=settle.Arrivals)
     settle_seconds: float = 0.0
+    max_timeout: float = 0.0
 
 
 def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
@@ -124,7 +125,8 @@ def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     own reservation (if it holds one) given back."""
     answers = []
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout)
+        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout,
+                              max_timeout=live.max_timeout)
         with own_reservation_returned(live.state, key):
             answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
     return answers
@@ -169,7 +171,8 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
         _describe(out, rec, now)
     if not members:
         return out
-    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout)
+    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout,
+                          max_timeout=live.max_timeout)
     if rec is not None and rec.phase == Phase.PENDING:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
         waiting = settle.unsettled(spec, live.arrivals.last(gang), now, live.settle_seconds)

@@ -196,6 +196,20 @@ class Declaration:
 
 
 @dataclass(frozen=True)
+class BindingMark:
+    """A member of a Binding round, as railyard records it on the pod before any Binding of the
+    round is created: what a restarted process or another replica needs to finish the round or
+    undo it (``core.recovery``)."""
+
+    round: str
+    """Unique per round (a gang's Bindings that go out together)."""
+    node: str
+    """The node the member is bound to in that round."""
+    size: int
+    """How many members the round binds."""
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
 
@@ -215,6 +229,8 @@ class PodFacts:
     problems: tuple[str, ...] = ()
     """Values of the pod the translator could not read (a quantity, a selector): its gang is
     not planned and these are the reason."""
+    binding: "BindingMark | None" = None
+    """What railyard wrote on the pod before creating its Binding (a Binding round)."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
 
@@ -278,6 +294,8 @@ class GangSpec:
     """Problems with the request; a gang with any is not placed and these are its reason."""
     sized: bool = True
     """The size is declared somewhere; False: the gang is the members seen, and may grow."""
+    timeout_capped_from: float | None = None
+    """The timeout the gang asked for, when it was capped to ``timeout_seconds``."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

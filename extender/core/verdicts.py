@@ -209,3 +209,27 @@ def names_no_gang(member: str) -> str:
 def never_filtered(member: str) -> str:
     return (f"not planned yet: kube-scheduler has not sent {member} to railyard's filter (check "
             f"spec.schedulerName and that the scheduler's extender config points at railyard)")
+
+
+def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> str:
+    return (f"gang {gang}: {at_bind}/{need} GPU members at bind, the first for {seconds:.0f}s; "
+            f"the rest must arrive within {max(left, 0):.0f}s")
+
+
+def timeout_capped(gang: str, asked: float, cap: float) -> str:
+    return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
+            f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")
+
+
+def node_unusable(node: str, why: str, gang: str) -> str:
+    return f"node {node} became {why} while gang {gang} waited; planning again"
+
+
+def mark_failed(member: str, error: str) -> str:
+    return f"recording the Binding round on {member} failed, so no member was bound: {error}"
+
+
+def round_completed(gang: str, bindings: int, bound: int, nodes: list[str]) -> str:
+    return (f"gang {gang}: finished a Binding round its extender had left at {bound}/{bound + bindings} members "
+            f"bound: bound the other {bindings} to their planned nodes ({', '.join(nodes[:5])}"
+            f"{' ...' if len(nodes) > 5 else ''})")

@@ -58,12 +58,20 @@ class Extender(TopologyExtender):
 class MemoryBinder:
     """Records Bindings instead of POSTing them; can be told to fail for some pods."""
 
-    def __init__(self, fail: set[str] = frozenset()):
+    def __init__(self, fail: set[str] = frozenset(), fail_mark: set[str] = frozenset()):
         self.bound: list[tuple[str, str]] = []
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
+        self.marks: dict[str, object] = {}
         self.fail = set(fail)
+        self.fail_mark = set(fail_mark)
         self.lock = threading.Lock()
+
+    def mark(self, namespace, name, uid, mark):
+        if f"{namespace}/{name}" in self.fail_mark:
+            raise RuntimeError("the object has been modified; please apply your changes to the latest version")
+        with self.lock:
+            self.marks[f"{namespace}/{name}"] = mark
 
     def bind(self, namespace, name, uid, node):
         if f"{namespace}/{name}" in self.fail:

@@ -21,7 +21,8 @@ from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
-from extender.core.model import PodFacts
+from extender.adapters.kubeobjects import binding_annotations
+from extender.core.model import BindingMark, PodFacts
 
 log = logging.getLogger("railyard.k8s.binder")
 
@@ -96,6 +97,16 @@ class KubeBinder:
         if (pod.get("metadata") or {}).get("uid") != uid:
             return None
         return (pod.get("spec") or {}).get("nodeName") or None
+
+    def mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> None:
+        """Write the Binding round on the pod (a JSON merge patch carrying the uid, so a pod
+        recreated under the same name is refused, not marked)."""
+        patch = {"metadata": {"uid": uid, "annotations": binding_annotations(mark)}}
+        try:
+            self.api.json("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch,
+                          timeout=self.timeout, content_type="application/merge-patch+json")
+        except KubernetesError as exc:
+            raise type(exc)(f"marking pod {namespace}/{name} with its Binding round failed: {exc}", exc.status) from None
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod if it still has this UID; a pod already gone is not an error."""

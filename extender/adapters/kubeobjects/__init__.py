@@ -32,6 +32,8 @@ from extender.adapters.kubeobjects.pods import (
     DECLARING_ANNOTATIONS,
     MEMBERSHIP,
     RANKS,
+    binding_annotations,
+    binding_mark,
     gang_ref,
     pod_facts,
     pod_gpus,
@@ -42,7 +44,7 @@ from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
     "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "GROUP_APIS", "MEMBERSHIP", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts",
+    "SCHEME", "Translator", "binding_annotations", "binding_mark", "detect_levels", "explicit_levels", "gang_ref", "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
 

@@ -3,6 +3,7 @@ where they may run (placement.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
@@ -14,6 +15,7 @@ from extender.core.model import (
     PREFERRED,
     REQUIRED,
     TIMEOUT,
+    BindingMark,
     Declaration,
     GangRef,
     PodFacts,
@@ -66,6 +68,34 @@ def gang_ref(pod: Mapping[str, Any]) -> GangRef:
     return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
 
 
+BINDING = "railyard.io/binding"
+"""Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``."""
+MAX_MARK_CHARS = 512
+
+
+def binding_annotations(mark: BindingMark) -> dict[str, str]:
+    return {BINDING: json.dumps({"round": mark.round, "node": mark.node, "size": mark.size}, separators=(",", ":"))}
+
+
+def binding_mark(annotations: Mapping[str, str]) -> BindingMark | None:
+    """The Binding round railyard wrote on the pod, or None (absent or unreadable: never trusted
+    further than its shape; a pod's creator could write anything here)."""
+    raw = annotations.get(BINDING)
+    if not raw or len(raw) > MAX_MARK_CHARS:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    r, node, size = doc.get("round"), doc.get("node"), doc.get("size")
+    if not (isinstance(r, str) and r and isinstance(node, str) and node and isinstance(size, int)
+            and not isinstance(size, bool) and 0 < size <= 100_000):
+        return None
+    return BindingMark(r, node, size)
+
+
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     meta, spec = dict_at(pod, "metadata"), dict_at(pod, "spec")
     annotations = annotations_of(pod)
@@ -84,6 +114,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
         eligibility=where,
         problems=request_problems + where_problems,
+        binding=binding_mark(annotations),
     )
 
 
