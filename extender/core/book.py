@@ -12,7 +12,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
              compensated(...)              the evictions are done: the gang starts again whole
-    events   member_deleted, node_deleted, expire(now), collect(now)
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
 every call and does the waiting and the Bindings (``extender/service.py``).
@@ -367,8 +368,9 @@ class GangBook:
                 continue
             reason = why
             if reason is None and node.taints and rec.spec is not None:
-                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS and not all(
-                    tolerates_all(e.tolerations, (t,)) for _, e in rec.spec.slots() if _ > 0)]
+                members = [e for gpus, e in rec.spec.slots() if gpus > 0]
+                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS
+                               and not all(tolerates_all(e.tolerations, (t,)) for e in members)]
                 if untolerated:
                     t = untolerated[0]
                     reason = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
