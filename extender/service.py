@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from extender.core import gangspec, verdicts
+from extender.core import gangspec, ledger, verdicts
 from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, GangRecord, Outcome, Reject, Wait
+from extender.core.devices import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
+from extender.core.ledger import Changes, DeviceLedger
 from extender.core.lifecycle import HOLDING, Event, Phase
-from extender.core.model import GroupFacts, NodeFacts, PodFacts
+from extender.core.model import GangRef, GroupFacts, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
 from extender.core.preemption import vet_victims
@@ -30,11 +33,67 @@ from extender.core.verdicts import FilterVerdict
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
-KINDS = ("nodes", "pods", "podgroups")
-"""What the watch cache lists before railyard plans a gang."""
+KINDS = ("nodes", "pods", "podgroups", "deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
+"""What the watch cache lists before railyard plans a gang (a kind whose API is not served
+counts as listed, empty)."""
+DRA_KINDS = {"deviceclasses": DeviceClassFacts, "resourceslices": SliceFacts, "resourceclaims": ClaimFacts,
+             "resourceclaimtemplates": ClaimTemplateFacts}
 
 
-class TopologyExtender:
+class _DeviceSink:
+    """The DRA half of the cache sink, and the sizing of pods by their claims (``core.ledger``);
+    a part of ``TopologyExtender``, apart only to keep each class readable."""
+
+    _cond: threading.Condition
+    devices: DeviceLedger
+    pods: PodIndex
+    state: ClusterState
+    binder: Binder
+    _synced: set[str]
+
+    def ready(self) -> bool:
+        with self._cond:
+            return set(KINDS) <= self._synced
+
+    def _put_node(self, node: NodeFacts) -> None:
+        raise NotImplementedError
+
+    def dra_upserted(self, facts: DraFacts) -> None:
+        with self._cond:
+            self._dra_changed(self.devices.upserted(facts))
+            # A gang released at bind leaves no claim allocated to a member that was not bound
+            # (kube-scheduler's Unreserve keeps it, pinning the next attempt: docs/dra.md).
+            leftover = self.devices.leftover(facts.key, lambda p: self.pods.seen_pod(p) is not None) \
+                if isinstance(facts, ClaimFacts) else None
+            if leftover is not None:
+                namespace, name = leftover.key.split("/", 1)
+                self.binder.deallocate_claim(namespace, name, leftover.uid, leftover.resource_version)
+
+    def dra_deleted(self, facts: DraFacts) -> None:
+        with self._cond:
+            self._dra_changed(self.devices.deleted(facts))
+
+    def _dra_changed(self, changes: Changes) -> None:
+        for node in ledger.dra_changed(self.devices, self.pods, self.state, changes):
+            self._put_node(node)
+
+    def _sized(self, pod: PodFacts, filtering: bool = False) -> PodFacts:
+        """The pod with the GPUs of its claims; one railyard cannot size is left to
+        kube-scheduler (a pod of no gang and no GPUs to railyard), with the reason in an Event."""
+        if not pod.claims:
+            return pod
+        with self._cond:
+            if filtering and pod.gang.named and not self.ready():
+                raise NotReady(verdicts.still_listing(sorted(set(KINDS) - self._synced), pod.gang.key))
+            sized, problem = self.devices.size(pod)
+        if not problem:
+            return sized
+        if filtering:
+            self.binder.event(pod, "GPUsNotSized", verdicts.not_sized(problem))
+        return replace(pod, gang=GangRef(pod.key, False), gpus=0)
+
+
+class TopologyExtender(_DeviceSink):
     """filter / prioritize / bind / preempt over the core, fed by the watch cache.
 
     Thread-safe: one lock guards the core; bind calls wait on its condition, and the Bindings
@@ -55,6 +114,8 @@ class TopologyExtender:
         self.book = GangBook(self.state, self.observer, on_step=self._publish)
         self.pods = PodIndex()
         self.groups: dict[str, GroupFacts] = {}
+        self.devices = DeviceLedger(settings.placement.gpu_resource, settings.dra.device_classes,
+                                    settings.dra.rail_attribute, settings.topology_attributes())
         self._cond = threading.Condition(threading.RLock())
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
@@ -65,23 +126,28 @@ class TopologyExtender:
 
     def node_upserted(self, node: NodeFacts) -> None:
         with self._cond:
+            self._put_node(self.devices.node_seen(node))
+
+    def _put_node(self, node: NodeFacts) -> None:
+        with self._cond:
             if self._fixed_levels is None and not self.scheme.schemes_of(node) <= self._schemes:
                 self._levels_stale = True
             self.state.upsert_node(node)
 
     def node_deleted(self, name: str) -> None:
         with self._cond:
+            self.devices.node_gone(name)
             self.state.delete_node(name)
             if self.book.node_deleted(name):
                 self._cond.notify_all()
 
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
-            self.pods.changed(pod, self.state)
+            ledger.pod_changed(self.devices, self.pods, self.state, pod)
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
-            self.pods.deleted(pod, self.state)
+            ledger.pod_deleted(self.devices, self.pods, self.state, pod)
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._cond.notify_all()
 
@@ -93,24 +159,20 @@ class TopologyExtender:
         with self._cond:
             self.groups.pop(key, None)
 
-    def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts]) -> None:
+    def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts | DraFacts]) -> None:
         with self._cond:
             if kind == "nodes":
-                self.state.set_nodes(o for o in objects if isinstance(o, NodeFacts))
+                self.state.set_nodes(self.devices.nodes_relisted(o for o in objects if isinstance(o, NodeFacts)))
                 self._redetect(force=True)
             elif kind == "pods":
-                self.pods.clear(self.state)
                 pods = [p for p in objects if isinstance(p, PodFacts)]
-                for pod in pods:
-                    self.pods.changed(pod, self.state)
+                ledger.pods_relisted(self.devices, self.pods, self.state, pods)
                 self.state.drop_bound_slots_except({p.key for p in pods})
             elif kind == "podgroups":
                 self.groups = {g.key: g for g in objects if isinstance(g, GroupFacts)}
+            elif kind in DRA_KINDS:
+                self._dra_changed(self.devices.relisted(DRA_KINDS[kind], objects))
             self._synced.add(kind)
-
-    def ready(self) -> bool:
-        with self._cond:
-            return set(KINDS) <= self._synced
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
@@ -128,7 +190,10 @@ class TopologyExtender:
     # -- filter / prioritize -----------------------------------------------------------------
 
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
+        pod = self._sized(pod, filtering=True)
         if pod.gpus == 0:
+            with self._cond:  # without managedResources (DRA claims) every pod comes: bind must know it
+                self.pods.filtered(pod)
             return FilterVerdict(tuple(node_names))
         with self._cond:
             now = self._tick()
@@ -165,6 +230,7 @@ class TopologyExtender:
         self.observer.plan_seconds(time.perf_counter() - started)
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
+        pod = self._sized(pod)
         with self._cond:
             slot = self.state.slot_of(pod.key)
             if slot is not None:
@@ -262,6 +328,7 @@ class TopologyExtender:
     # -- preempt -------------------------------------------------------------------------------
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
+        pod = self._sized(pod)
         with self._cond:
             return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
                                self.pods.bound_gang_of, self.pods.bound_uids)
@@ -281,7 +348,7 @@ class TopologyExtender:
 
     def plan_gang(self, pods: Sequence[PodFacts]) -> list[GangAnswer]:
         with self._cond:
-            return plan_gangs(self._live(), pods)
+            return plan_gangs(self._live(), [self.devices.size(p)[0] for p in pods])
 
     def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
         """Subscribe ``sink`` to gang phase changes. Returns every gang as it is now (so nothing

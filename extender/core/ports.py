@@ -19,6 +19,9 @@ class Binder(Protocol):
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
+    def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Clear a ResourceClaim's allocation if it is still at ``resource_version``, as
+        kube-scheduler's DRA PostFilter does. Never blocks."""
 
 
 class Observer(Protocol):

@@ -11,7 +11,7 @@ from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
 from extender.core import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
-from extender.service import TopologyExtender
+from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import GangSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -28,8 +28,13 @@ class Extender(TopologyExtender):
         super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None)
 
     def relisted(self, kind, objects):
-        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod, "podgroups": TRANSLATE.group}[kind]
-        super().relisted(kind, [translate(o) for o in objects])
+        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod, "podgroups": TRANSLATE.group}.get(kind)
+        super().relisted(kind, [translate(o) if translate else o for o in objects])
+
+    def dra_listed(self):
+        """The DRA kinds listed empty, as the watch cache reports them where resource.k8s.io is not served."""
+        for kind in DRA_KINDS:
+            self.relisted(kind, [])
 
     def pod_upserted(self, pod):
         super().pod_upserted(_pod(pod))
@@ -88,6 +93,7 @@ def extender(drawing=TWO_RACKS, fail=frozenset()):
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
     ext.relisted("podgroups", [])
+    ext.dra_listed()
     return ext, binder, clock
 
 
@@ -295,6 +301,8 @@ def test_not_ready_until_every_kind_is_listed():
     ext.relisted("pods", [])
     assert not ext.ready()
     ext.relisted("podgroups", [])  # the watch cache's answer when the CRD is not served
+    assert not ext.ready()
+    ext.dra_listed()
     assert ext.ready()
 
 
@@ -326,6 +334,7 @@ def test_no_gang_is_planned_before_the_pods_are_listed():
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     pods = gang("g", 2, 8)
+    ext.dra_listed()
     with pytest.raises(NotReady, match="still listing podgroups, pods after a start; gang ml/g"):
         ext.filter(pods[0], NODES)
     assert ext.state.reservations() == {}
@@ -403,6 +412,7 @@ def test_configured_default_timeout_applies_to_gangs_that_name_none():
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
     ext.relisted("podgroups", [])
+    ext.dra_listed()
     create(ext, gang("g", 2, 8))
     ext.filter(gang("g", 2, 8)[0], NODES)
     assert ext.debug_gangs()[0]["deadline_in_seconds"] == 5.0

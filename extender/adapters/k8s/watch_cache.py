@@ -1,4 +1,4 @@
-"""List and watch Nodes, Pods and PodGroups, and deliver every change to a CacheSink.
+"""List and watch Nodes, Pods, PodGroups and the DRA kinds, and deliver every change to a CacheSink.
 
 One thread per kind, each the same loop (the client-go reflector, in small):
 
@@ -15,9 +15,10 @@ Kubernetes JSON dicts (no client model classes) and are translated to facts here
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed``, as kube-scheduler
 does: a pod that finishes arrives as ``pod_deleted`` (its GPUs are free) carrying its last
 matching state (phase Running, not Succeeded: that is what the API server sends), and the
-cache never holds finished pods. PodGroups (``scheduling.x-k8s.io/v1alpha1``) are watched only while that
-API is served; until then the kind counts as listed with no objects, and the API is looked up
-again every ``podgroup_recheck`` seconds.
+cache never holds finished pods. PodGroups (``scheduling.x-k8s.io/v1alpha1``) and the DRA kinds
+(``resource.k8s.io/v1``: DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates)
+are watched only while their API is served; until then the kind counts as listed with no
+objects, and the API is looked up again every ``podgroup_recheck`` seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import urllib3
 from extender.adapters.k8s.api import Api, json_lines
 from extender.adapters.k8s.errors import Gone, KubernetesError, NotFound
 from extender.adapters.kubeobjects import Translator
+from extender.core.devices import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 log = logging.getLogger("railyard.k8s.watch")
@@ -49,7 +51,9 @@ class CacheSink(Protocol):
     def pod_deleted(self, pod: PodFacts) -> None: ...
     def group_upserted(self, group: GroupFacts) -> None: ...
     def group_deleted(self, key: str) -> None: ...
-    def relisted(self, kind: str, objects: list) -> None: ...  # kind in {"nodes","pods","podgroups"}
+    def dra_upserted(self, facts: DraFacts) -> None: ...
+    def dra_deleted(self, facts: DraFacts) -> None: ...
+    def relisted(self, kind: str, objects: list) -> None: ...  # kind: a Resource.kind below
 
 
 class WatchObserver(Protocol):
@@ -70,16 +74,24 @@ NODES = Resource("nodes", "/api/v1/nodes")
 PODS = Resource("pods", "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed")
 PODGROUPS = Resource("podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
                      api="/apis/scheduling.x-k8s.io/v1alpha1")
-RESOURCES = (NODES, PODS, PODGROUPS)
+_DRA_API = "/apis/resource.k8s.io/v1"
+DRA = {  # Resource kind -> the object kind the translator takes
+    "deviceclasses": "DeviceClass", "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate",
+}
+DRA_RESOURCES = tuple(Resource(kind, f"{_DRA_API}/{kind}", api=_DRA_API) for kind in DRA)
+RESOURCES = (NODES, PODS, PODGROUPS, *DRA_RESOURCES)
 
 
-def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts:
+def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts | DraFacts:
     if kind == "nodes":
         return translator.node(obj)
     if kind == "pods":
         return translator.pod(obj)
     if kind == "podgroups":
         return translator.group(obj)
+    if kind in DRA:
+        return translator.dra(DRA[kind], obj)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -91,8 +103,10 @@ def deliver(sink: CacheSink, translator: Translator, kind: str, event_type: str,
         sink.node_deleted(facts.name) if deleted else sink.node_upserted(facts)
     elif isinstance(facts, PodFacts):
         sink.pod_deleted(facts) if deleted else sink.pod_upserted(facts)
-    else:
+    elif isinstance(facts, GroupFacts):
         sink.group_deleted(facts.key) if deleted else sink.group_upserted(facts)
+    else:
+        sink.dra_deleted(facts) if deleted else sink.dra_upserted(facts)
     return {"ADDED": 1, "DELETED": -1}.get(event_type, 0)
 
 

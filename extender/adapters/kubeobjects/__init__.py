@@ -9,6 +9,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     nodes.py    Node -> NodeFacts
     pods.py     Pod -> PodFacts (membership, requests, rank, declarations)
     groups.py   PodGroup -> GroupFacts
+    dra.py      DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
     fields.py   defensive accessors and quantities
 """
 
@@ -16,6 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import (
+    claim_template_facts,
+    device_class_facts,
+    resource_claim_facts,
+    resource_slice_facts,
+)
 from extender.adapters.kubeobjects.fields import parse_count
 from extender.adapters.kubeobjects.groups import podgroup_facts
 from extender.adapters.kubeobjects.labels import (
@@ -38,10 +45,11 @@ from extender.adapters.kubeobjects.pods import (
     rank,
     tolerations,
 )
+from extender.core.devices import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
-    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "GROUP_ANNOTATION", "GROUP_LABELS", "PRESETS", "RANKS",
+    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GROUP_ANNOTATION", "GROUP_LABELS", "PRESETS", "RANKS",
     "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts", "parse_count",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
@@ -61,3 +69,16 @@ class Translator:
 
     def group(self, obj: Mapping[str, Any]) -> GroupFacts:
         return podgroup_facts(obj)
+
+    def dra(self, kind: str, obj: Mapping[str, Any]) -> DraFacts:
+        """A ``resource.k8s.io`` object of ``kind`` (``DeviceClass``, ``ResourceSlice``,
+        ``ResourceClaim``, ``ResourceClaimTemplate``)."""
+        return DRA_KINDS[kind](obj)
+
+
+DRA_KINDS = {
+    "DeviceClass": device_class_facts,
+    "ResourceSlice": resource_slice_facts,
+    "ResourceClaim": resource_claim_facts,
+    "ResourceClaimTemplate": claim_template_facts,
+}

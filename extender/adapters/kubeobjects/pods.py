@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, list_at, parse_count, str_at
 from extender.core.model import (
     MIN_MEMBER,
@@ -77,6 +78,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         tolerations=tolerations(pod),
         declarations=tuple(Declaration(role, key, annotations[key], precedence)
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
+        claims=pod_claims(pod),
     )
 
 
