@@ -28,7 +28,7 @@ from extender.adapters.grpc.server import GrpcServer, TlsFiles
 from extender.adapters.http.server import ExtenderServer
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
-from extender.adapters.k8s.watch_cache import WatchCache
+from extender.adapters.k8s.watch_cache import KINDS, WatchCache
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
 from extender.service import TopologyExtender
@@ -191,7 +191,7 @@ def kube_client(settings: Settings) -> ApiClient:
     except (ConfigException, OSError) as exc:
         where = settings.kubeconfig or "in-cluster service account (no --kubeconfig given)"
         raise ConfigError(f"cannot load Kubernetes credentials from {where}: {exc}") from None
-    # Three watches, up to 32 concurrent Bindings per gang and the event sender share the pool.
+    # Six watches, up to 32 concurrent Bindings per gang and the event sender share the pool.
     cfg.connection_pool_maxsize = 64
     return ApiClient(cfg)
 
@@ -203,8 +203,8 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     metrics = Metrics(registry)
     api = Api(client or kube_client(settings))
     binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
-    service = TopologyExtender(settings, binder, SCHEME, metrics)
-    translator = Translator(settings.placement.gpu_resource)
+    service = TopologyExtender(settings, binder, SCHEME, metrics, kinds=KINDS)
+    translator = Translator(settings.placement.gpu_resource, settings.placement.volcano_tiers)
     cache = WatchCache(api, service, metrics, translator)
     s = settings.server
     context = None
@@ -223,5 +223,5 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     if g.listen:
         tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
         grpc_server = GrpcServer(service, translator, listen=g.listen, tls=tls, max_workers=g.max_workers,
-                                 ready=cache.synced)
+                                 max_message_bytes=g.max_message_bytes, ready=cache.synced)
     return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader)

@@ -1,9 +1,10 @@
 """The live extender: orchestration over the core, with no transport and no decisions of its own.
 
-Its one job is the part that cannot be pure: one lock around the core's state, bind calls held
-until their gang's permit decision, the Binding fan-out and its compensation, and the
-subscriptions of WatchGangs. What to do is decided in ``core`` (``book`` for gangs, ``single``
-for lone pods, ``preemption`` for victims); read-only answers are in ``whatif``.
+Its one job is the part that cannot be pure: one lock around the core's state, the cache sink,
+the verbs, and the subscriptions of WatchGangs; bind calls held until their gang's permit
+decision, the Binding fan-out and its compensation are in ``gate.py`` under the same lock.
+What to do is decided in ``core`` (``book`` for gangs, ``single`` for lone pods,
+``preemption`` for victims); read-only answers are in ``whatif``.
 
 Facts arrive translated (``core.model``): the adapters call the cache-sink methods from the
 watch threads and the verbs from the HTTP and gRPC servers.
@@ -14,28 +15,30 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from extender.core import gangspec, ledger, verdicts
-from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, GangRecord, Outcome, Reject, Wait
+from extender.core import gangspec, ledger, settle, verdicts
+from extender.core.book import GangBook, GangRecord
 from extender.core.devices import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
-from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
+from extender.core.errors import NotReady, Settling
 from extender.core.ledger import Changes, DeviceLedger
 from extender.core.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GangRef, GroupFacts, NodeFacts, PodFacts
+from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
 from extender.core.preemption import vet_victims
 from extender.core.single import best_fit_scores, filter_single, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
+from extender.gate import PermitGate
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
-KINDS = ("nodes", "pods", "podgroups", "deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
-"""What the watch cache lists before railyard plans a gang (a kind whose API is not served
-counts as listed, empty)."""
+KINDS = ("nodes", "pods", "podgroups")
+"""What the watch cache lists before railyard plans a gang, unless told otherwise (``kinds``):
+nodes, pods, and each kind of group object (opaque names; ``GroupFacts.kind``), and the DRA
+kinds (``DRA_KINDS``) where the watch cache lists them."""
 DRA_KINDS = {"deviceclasses": DeviceClassFacts, "resourceslices": SliceFacts, "resourceclaims": ClaimFacts,
              "resourceclaimtemplates": ClaimTemplateFacts}
 
@@ -49,11 +52,12 @@ class _DeviceSink:
     pods: PodIndex
     state: ClusterState
     binder: Binder
+    kinds: tuple[str, ...]
     _synced: set[str]
 
     def ready(self) -> bool:
         with self._cond:
-            return set(KINDS) <= self._synced
+            return set(self.kinds) <= self._synced
 
     def _put_node(self, node: NodeFacts) -> None:
         raise NotImplementedError
@@ -84,7 +88,7 @@ class _DeviceSink:
             return pod
         with self._cond:
             if filtering and pod.gang.named and not self.ready():
-                raise NotReady(verdicts.still_listing(sorted(set(KINDS) - self._synced), pod.gang.key))
+                raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
             sized, problem = self.devices.size(pod)
         if not problem:
             return sized
@@ -101,8 +105,10 @@ class TopologyExtender(_DeviceSink):
     """
 
     def __init__(self, settings: Settings, binder: Binder, scheme: LabelScheme, observer: Observer | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 kinds: Sequence[str] = KINDS):
         self.settings = settings
+        self.kinds = tuple(kinds)
         self.binder = binder
         self.scheme = scheme
         self.observer: Observer = observer or NullObserver()
@@ -113,10 +119,14 @@ class TopologyExtender(_DeviceSink):
         self.state = ClusterState(self._fixed_levels or ())
         self.book = GangBook(self.state, self.observer, on_step=self._publish)
         self.pods = PodIndex()
-        self.groups: dict[str, GroupFacts] = {}
+        self.groups: dict[tuple[str, str], GroupFacts] = {}
+        """By ``GroupFacts.id``: a pod reads the group its own convention names."""
+        self.arrivals = settle.Arrivals()
         self.devices = DeviceLedger(settings.placement.gpu_resource, settings.dra.device_classes,
                                     settings.dra.rail_attribute, settings.topology_attributes())
         self._cond = threading.Condition(threading.RLock())
+        self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
+                               self._tick, clock, sleep)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: set[str] = set()
@@ -144,20 +154,22 @@ class TopologyExtender(_DeviceSink):
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
             ledger.pod_changed(self.devices, self.pods, self.state, pod)
+            self.arrivals.noted(pod, self.pods, self.clock())
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
             ledger.pod_deleted(self.devices, self.pods, self.state, pod)
+            self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._cond.notify_all()
 
     def group_upserted(self, group: GroupFacts) -> None:
         with self._cond:
-            self.groups[group.key] = group
+            self.groups[group.id] = group
 
-    def group_deleted(self, key: str) -> None:
+    def group_deleted(self, group: GroupFacts) -> None:
         with self._cond:
-            self.groups.pop(key, None)
+            self.groups.pop(group.id, None)
 
     def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts | DraFacts]) -> None:
         with self._cond:
@@ -168,10 +180,12 @@ class TopologyExtender(_DeviceSink):
                 pods = [p for p in objects if isinstance(p, PodFacts)]
                 ledger.pods_relisted(self.devices, self.pods, self.state, pods)
                 self.state.drop_bound_slots_except({p.key for p in pods})
-            elif kind == "podgroups":
-                self.groups = {g.key: g for g in objects if isinstance(g, GroupFacts)}
+                self.arrivals.prune(self.pods.has_pending)
             elif kind in DRA_KINDS:
                 self._dra_changed(self.devices.relisted(DRA_KINDS[kind], objects))
+            else:  # one kind of group object
+                self.groups = {i: g for i, g in self.groups.items() if i[0] != kind}
+                self.groups.update((g.id, g) for g in objects if isinstance(g, GroupFacts))
             self._synced.add(kind)
 
     def _redetect(self, force: bool = False) -> None:
@@ -202,31 +216,48 @@ class TopologyExtender(_DeviceSink):
             if pod.gang.named and not self.ready():
                 # Serving starts before the lists finish (a restart, kill -9 included): a plan
                 # made on nodes without their pods would promise GPUs that are in use.
-                raise NotReady(verdicts.still_listing(sorted(set(KINDS) - self._synced), pod.gang.key))
+                raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
             self.pods.filtered(pod)
+            self.arrivals.noted(pod, self.pods, now)
             if not pod.gang.named:
                 return filter_single(self.state.view(), pod.gpus, node_names)
             rec = self.book.record(pod.gang.key, now)
             round_ = rec.round
             self.book.prepare(rec, pod.key)
-            if rec.phase == Phase.PENDING:
-                self._reserve(rec, pod, now)
-            verdict = self.book.steer(rec, pod, node_names, self.settings.gangs.filter_failures_before_replan)
+            for _ in range(2):  # a plan whose node the scheduler refuses is made again at once
+                if rec.phase == Phase.PENDING:
+                    self._reserve(rec, pod, node_names, now)
+                before = rec.round
+                verdict = self.book.steer(rec, pod, node_names)
+                if rec.round == before:
+                    break
             if rec.phase not in HOLDING:
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
             if rec.round != round_:
                 self._cond.notify_all()
             return verdict
 
-    def _reserve(self, rec: GangRecord, pod: PodFacts, now: float) -> None:
+    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
         members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
         if not any(p.key == pod.key for p in members):
             members.append(pod)
         members.sort(key=lambda p: p.key)
-        spec = gangspec.build(rec.key, members, self.groups.get(rec.key),
-                              self.settings.gangs.default_timeout_seconds, running=len(self.pods.bound_uids(rec.key)))
+        running = self.pods.bound_pods(rec.key)
+        spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
+                              self.settings.gangs.default_timeout_seconds, running=len(running))
+        wait = settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds)
+        if wait is not None:
+            self.book.unsettled(rec, wait)
+            raise Settling(wait)
         started = time.perf_counter()
-        self.book.reserve(rec, spec, now)
+        topo = self.state.topology
+        # kube-scheduler's verdict as evidence: the names it sends passed its own filters for
+        # this pod (all feasible nodes with percentageOfNodesToScore: 100), so a node it left out
+        # fails something railyard does not model (host ports, volumes, pod affinity...).
+        sent = set(node_names)
+        refused = [n for n in topo.names if n not in sent] if len(sent) < len(topo.names) else []
+        homes = home_domains(topo, spec, [p.node for p in running])
+        self.book.reserve(rec, spec, now, refused, homes)
         self.observer.plan_seconds(time.perf_counter() - started)
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
@@ -239,83 +270,10 @@ class TopologyExtender(_DeviceSink):
                 return [(n, 0) for n in node_names]
             return best_fit_scores(self.state.view(), pod.gpus, node_names)
 
-    # -- bind: the gang's permit gate ----------------------------------------------------------
+    # -- bind: the gang's permit gate (gate.py) ------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        key = f"{namespace}/{name}"
-        with self._cond:
-            self._tick()
-            pod = self.pods.seen_pod(key) or self.pods.pending_pod(key)
-            if pod is None:
-                raise PermitRejected(verdicts.unknown_pod(key))
-            gang = pod.gang.key
-            decision = self.book.permit(gang, key, uid, node) if pod.gang.named and self.book.get(gang) else None
-        match decision:
-            case None:
-                error = self._bind_with_retries(key, uid, node)
-                if error:
-                    raise BindingFailed(error)
-                return
-            case Reject(reason=reason, unreserved=unreserved):
-                raise GangUnreserved(reason) if unreserved else PermitRejected(reason)
-            case Wait(round=round_):
-                with self._cond:
-                    outcome = self._wait(gang, key, round_)
-            case Allow(round=round_, members=members):
-                self._bind_gang(gang, members)
-                with self._cond:
-                    outcome = self.book.outcome(gang, key, round_)
-        _answer(outcome)
-
-    def _wait(self, gang: str, key: str, round_: int) -> Outcome:
-        """Hold this bind call until the gang's Bindings are done or its round ends."""
-        while (outcome := self.book.outcome(gang, key, round_)) is None:
-            now = self.clock()
-            if self.book.expire(now):
-                self._cond.notify_all()
-                continue
-            self._cond.wait(timeout=max(min(self.book.deadline(gang) - now, 1.0), 0.01))
-        return outcome
-
-    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
-        """Create every member's Binding at once; if some fail after retries, evict the rest."""
-        with ThreadPoolExecutor(max_workers=min(32, len(members))) as pool:
-            errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1]), members.items())
-            results = dict(zip(members, errors))
-        with self._cond:
-            compensate = self.book.bindings_done(gang, results, members, self.clock())
-            if compensate is None:
-                for key in members:
-                    self.pods.took_bound(key)
-                self._cond.notify_all()
-                return
-        # Compensate: never leave part of a gang bound. Evict the members bound so the gang
-        # restarts whole; their controllers create new pods, which are planned again.
-        eviction_errors = {}
-        for key, uid in compensate.evict:
-            namespace, name = key.split("/", 1)
-            try:
-                self.binder.delete_pod(namespace, name, uid)
-            except Exception as exc:  # the binder's errors carry the API server's words
-                eviction_errors[key] = verdicts.eviction_failed(key, str(exc))
-        with self._cond:
-            self.book.compensated(gang, results, eviction_errors)
-            self._cond.notify_all()
-
-    def _bind_with_retries(self, key: str, uid: str, node: str) -> str:
-        """Create the Binding, retrying with backoff; "" or the last error."""
-        namespace, name = key.split("/", 1)
-        attempts = self.settings.gangs.bind_attempts
-        for i in range(attempts):
-            try:
-                self.binder.bind(namespace, name, uid, node)
-                return ""
-            except Exception as exc:  # the binder's errors carry the API server's words
-                error = verdicts.binding_failed(key, node, str(exc))
-                self.observer.binding_failed()
-                if i + 1 < attempts:
-                    self.sleep(0.05 * 2 ** i)
-        return error
+        self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
         """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
@@ -336,7 +294,8 @@ class TopologyExtender(_DeviceSink):
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 
     def _live(self) -> Live:
-        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds)
+        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds,
+                    self.arrivals, self.settings.gangs.settle_seconds)
 
     def debug_gangs(self) -> list[dict]:
         with self._cond:
@@ -370,17 +329,6 @@ class TopologyExtender(_DeviceSink):
             change = _gang_event(rec, previous, event)
             for sink in list(self._watchers):
                 sink(change)
-
-
-def _answer(outcome: Outcome) -> None:
-    """A held bind call's reply: return (bound) or the error the scheduler sees."""
-    if outcome.kind == BOUND:
-        return
-    if outcome.kind == FAILED:
-        raise BindingFailed(outcome.reason)
-    if outcome.kind == TIMED_OUT:
-        raise GangTimedOut(outcome.reason)
-    raise GangUnreserved(outcome.reason)
 
 
 def _gang_event(rec: GangRecord, previous: Phase | None, event: Event | None) -> dict:

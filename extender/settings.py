@@ -4,10 +4,10 @@ Only ``app.py`` reads flags, files and the environment; everything else receives
 ``validate()`` returns every problem at once, so an operator fixes a config in one pass.
 A YAML file (``railyard serve --config FILE``) mirrors the tree::
 
-    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
-    gangs: {default_timeout_seconds: 60, bind_attempts: 3, filter_failures_before_replan: 3}
+    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu, volcano_tiers: []}
+    gangs: {default_timeout_seconds: 60, bind_attempts: 3, settle_seconds: 5}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
-    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: ""}
+    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
     dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
 """
 
@@ -20,8 +20,14 @@ from typing import Any, Mapping
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
-DEPRECATED = {"gangs.steer_misses_before_replan": "gangs.filter_failures_before_replan"}
-"""Old spellings still accepted, with a warning at start (``deprecations``)."""
+RETIRED = {
+    "gangs.steer_misses_before_replan": "a planned node kube-scheduler's filters refuse is now left out and the "
+                                        "gang planned again at once",
+    "gangs.filter_failures_before_replan": "a planned node kube-scheduler's filters refuse is now left out and the "
+                                           "gang planned again at once",
+}
+"""Settings that no longer do anything: still accepted (configs keep working), with a warning
+at start (``deprecations``) saying why."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,11 @@ class PlacementSettings:
     """Topology label keys, broadest first. Empty: detected from the labels nodes carry."""
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     """The extended resource counted as GPUs."""
+    volcano_tiers: tuple[str, ...] = ()
+    """Volcano HyperNode tiers as topology levels, tier 1 first: the node label key (or short
+    name) whose domains are the tier's HyperNodes. A Volcano PodGroup's hard ``highestTierAllowed:
+    N`` is then the required level ``volcano_tiers[N-1]``. Empty: such a gang is not placed, and
+    its reason says to set this (``highestTierName`` needs no mapping)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +64,12 @@ class GangSettings:
     """How long members wait at bind for the rest of their gang, unless the gang says otherwise."""
     bind_attempts: int = 3
     """Tries per Binding before the compensating action (evicting the members already bound)."""
-    filter_failures_before_replan: int = 3
-    """Filter calls in which kube-scheduler's own filters failed a member's planned node before
-    the gang is planned again elsewhere (was ``steer_misses_before_replan``, still accepted)."""
     event_interval_seconds: float = 30.0
     """At most one Kubernetes Event per pod and reason in this interval."""
+    settle_seconds: float = 5.0
+    """A gang whose size is declared nowhere (no min-member annotation, no PodGroup size) is
+    planned only once no new member has appeared for this long; it holds nothing meanwhile.
+    0: plan at once with the members seen (they may then bind in rounds)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,8 @@ class GrpcSettings:
     """mTLS: require client certificates signed by this CA (PEM). Needs the certificate and key."""
     max_workers: int = 64
     """Calls served at once (a held Bind or a WatchGangs stream keeps one); more get RESOURCE_EXHAUSTED."""
+    max_message_bytes: int = 8 << 20
+    """Largest request message accepted, as ``server.max_body_bytes``; larger get RESOURCE_EXHAUSTED."""
 
 
 @dataclass(frozen=True)
@@ -130,14 +144,18 @@ class Settings:
             problems.append("grpc.client_ca_file (mTLS) needs grpc.tls_cert_file and grpc.tls_key_file")
         if self.grpc.max_workers <= 0:
             problems.append("grpc.max_workers must be positive")
+        if self.grpc.max_message_bytes <= 0:
+            problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.settle_seconds < 0:
+            problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:
             problems.append("gangs.bind_attempts must be at least 1")
-        if self.gangs.filter_failures_before_replan < 1:
-            problems.append("gangs.filter_failures_before_replan must be at least 1")
         if len(set(self.placement.levels)) != len(self.placement.levels):
             problems.append("placement.levels lists a key twice")
+        if not all(self.placement.volcano_tiers) or len(set(self.placement.volcano_tiers)) != len(self.placement.volcano_tiers):
+            problems.append("placement.volcano_tiers must list distinct, non-empty level keys")
         if not self.placement.gpu_resource:
             problems.append("placement.gpu_resource must not be empty")
         for entry in self.dra.topology_attributes:
@@ -164,9 +182,8 @@ def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[
         fields = {f.name: f for f in dataclasses.fields(obj)}
         for key, value in values.items():
             where = f"{path}.{key}" if path else str(key)
-            if where in DEPRECATED:
-                where = DEPRECATED[where]
-                key = where.rsplit(".", 1)[-1]
+            if where in RETIRED:
+                continue
             if key not in fields:
                 problems.append(f"unknown setting {where}")
                 continue
@@ -189,12 +206,12 @@ def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[
 
 
 def deprecations(data: Mapping[str, Any]) -> list[str]:
-    """A warning for every deprecated spelling used in a settings mapping."""
+    """A warning for every retired setting used in a settings mapping."""
     out = []
-    for old, new in DEPRECATED.items():
+    for old, why in RETIRED.items():
         node: Any = data
         for part in old.split("."):
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is not None:
-            out.append(f"setting {old} is deprecated; use {new}")
+            out.append(f"setting {old} has no effect any more and is ignored: {why}")
     return out

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from extender.core import gangspec, verdicts
+from extender.core import gangspec, settle, verdicts
 from extender.core.book import GangBook, GangRecord
 from extender.core.devices import DraFacts
 from extender.core.ledger import DeviceLedger, problems as dra_problems
@@ -66,7 +66,8 @@ class WhatIf:
     """A cluster loaded from facts, ready to plan pending gangs in order."""
 
     state: ClusterState
-    groups: dict[str, GroupFacts] = field(default_factory=dict)
+    groups: dict[tuple[str, str], GroupFacts] = field(default_factory=dict)
+    """By ``GroupFacts.id``; a gang reads the group its members' convention names."""
     problems: list[str] = field(default_factory=list)
     default_timeout: float = GangSettings().default_timeout_seconds
     devices: DeviceLedger = field(default_factory=lambda: DeviceLedger(DEFAULT_GPU_RESOURCE))
@@ -100,7 +101,7 @@ class WhatIf:
         devices.apply_claims(state, list(devices.claims))
         problems.extend(state.topology.problems)
         problems.extend(dra_problems(devices))
-        return cls(state, {g.key: g for g in groups}, problems, devices=devices)
+        return cls(state, {g.id: g for g in groups}, problems, devices=devices)
 
     def plan_pending(self, pending: Iterable[PodFacts]) -> list[GangAnswer]:
         """Plan each gang in order of first appearance; each sees the ones before it reserved.
@@ -113,7 +114,7 @@ class WhatIf:
                 answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
                 continue
             members = [p for p, _ in sized]
-            spec = gangspec.build(key, members, self.groups.get(key), self.default_timeout)
+            spec = gangspec.build(key, members, self.groups.get(members[0].gang.group_id), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))
             if isinstance(result, Placement):
@@ -131,8 +132,10 @@ class Live:
     state: ClusterState
     book: GangBook
     pods: PodIndex
-    groups: Mapping[str, GroupFacts]
+    groups: Mapping[tuple[str, str], GroupFacts]
     default_timeout: float
+    arrivals: settle.Arrivals = field(default_factory=settle.Arrivals)
+    settle_seconds: float = 0.0
 
 
 def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
@@ -140,7 +143,7 @@ def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     own reservation (if it holds one) given back."""
     answers = []
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, live.groups.get(key), live.default_timeout)
+        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout)
         with own_reservation_returned(live.state, key):
             answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
     return answers
@@ -185,7 +188,12 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
         _describe(out, rec, now)
     if not members:
         return out
-    spec = gangspec.build(gang, members, live.groups.get(gang), live.default_timeout)
+    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout)
+    if rec is not None and rec.phase == Phase.PENDING:
+        # A gang that waits to settle: say so with the numbers of now, not of its last filter.
+        waiting = settle.unsettled(spec, live.arrivals.last(gang), now, live.settle_seconds)
+        if waiting is not None:
+            out["reason"] = waiting
     with own_reservation_returned(live.state, gang):
         topo = live.state.topology
         bound_level, rows = domain_fits(spec, live.state.view())

@@ -21,6 +21,7 @@ FLOORS = (
     ("extender.topotext", 1),
     ("extender.localcluster", 1),  # a wing: nobody below commands imports it (test below)
     ("extender.whatif", 2),
+    ("extender.gate", 3),
     ("extender.service", 3),
     ("extender.adapters", 4),
     ("extender.app", 5),
@@ -127,7 +128,7 @@ def test_core_is_pure():
 
 def test_service_layer_imports_no_adapter_command_localcluster_or_app():
     banned = ("extender.adapters", "extender.commands", "extender.localcluster", "extender.app", "extender.cli")
-    for name in ("extender.service", "extender.whatif"):
+    for name in ("extender.service", "extender.gate", "extender.whatif"):
         for target in graph()[name]:
             assert not target.startswith(banned), f"{name} imports {target}"
 

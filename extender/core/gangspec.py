@@ -35,7 +35,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     ``running``: members of the gang already bound and running; they count toward min-member,
     so replacements for a running gang's lost members are planned as a round of their own.
     """
-    problems: list[str] = []
+    problems: list[str] = list(group.problems if group else ())
     decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
     owner = {id(d): p.key for p in pods for d in p.declarations}
 
@@ -52,7 +52,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.tolerations) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -65,6 +65,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
+    problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
     spec = GangSpec(
         key=key,
         members=members,

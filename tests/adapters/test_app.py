@@ -63,15 +63,15 @@ def test_flags_override_the_file_and_every_problem_is_reported(tmp_path):
                               "server.max_in_flight must be positive")
 
 
-def test_a_renamed_setting_keeps_its_old_spelling_with_a_warning(tmp_path, caplog):
+def test_a_retired_setting_is_accepted_and_ignored_with_a_warning(tmp_path, caplog):
     path = tmp_path / "railyard.yaml"
-    path.write_text("gangs: {steer_misses_before_replan: 5}\n")
+    path.write_text("gangs: {steer_misses_before_replan: 5, filter_failures_before_replan: 2}\n")
     with caplog.at_level("WARNING", logger="railyard"):
         s = app.load_settings(str(path), {})
-    assert s.gangs.filter_failures_before_replan == 5
-    assert ("setting gangs.steer_misses_before_replan is deprecated; use gangs.filter_failures_before_replan"
-            in caplog.text)
-    assert from_mapping({"gangs": {"filter_failures_before_replan": 2}})[0].gangs.filter_failures_before_replan == 2
+    assert s == Settings()
+    assert ("setting gangs.steer_misses_before_replan has no effect any more and is ignored: a planned node "
+            "kube-scheduler's filters refuse is now left out and the gang planned again at once") in caplog.text
+    assert "setting gangs.filter_failures_before_replan has no effect any more" in caplog.text
 
 
 def get(address, path, body=None):
@@ -115,3 +115,22 @@ def apiserver_app():
             yield application, address
         finally:
             application.stop()
+
+
+def test_the_convention_settings_reach_the_translator_and_the_service(tmp_path):
+    path = tmp_path / "railyard.yaml"
+    path.write_text("placement: {volcano_tiers: [nvlink, network.topology.nvidia.com/leaf]}\n"
+                    "gangs: {settle_seconds: 2.5}\n")
+    s = app.load_settings(str(path), {})
+    with FakeApiServer() as fake:
+        application = app.build(s, client=fake.client())
+        assert application.cache.translator.volcano_tiers == ("nvlink", "network.topology.nvidia.com/leaf")
+        assert application.service.settings.gangs.settle_seconds == 2.5
+        # The service waits for every kind the cache lists, the four PodGroup APIs included.
+        assert application.service.kinds == tuple(r.kind for r in application.cache.resources)
+        assert len(application.service.kinds) == 6
+    path.write_text("placement: {volcano_tiers: [leaf, leaf]}\ngangs: {settle_seconds: -1}\n")
+    with pytest.raises(app.ConfigError) as exc:
+        app.load_settings(str(path), {})
+    assert str(exc.value) == ("gangs.settle_seconds must be 0 or more; "
+                              "placement.volcano_tiers must list distinct, non-empty level keys")

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from extender.adapters.k8s import errors
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
-from extender.adapters.k8s.watch_cache import DRA_RESOURCES, NODES, PODGROUPS, PODS, WatchCache
+from extender.adapters.k8s.watch_cache import DRA_RESOURCES, GROUPS, NODES, PODGROUPS, PODS, WatchCache
 from extender.adapters.metrics import Metrics
 from tests.topologies import TRANSLATE
 from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
@@ -38,6 +38,7 @@ class Sink:
 
     def __init__(self):
         self.calls = []
+        self.lists = {}
 
     def node_upserted(self, node):
         self.calls.append(("node_upserted", node.name))
@@ -54,8 +55,8 @@ class Sink:
     def group_upserted(self, group):
         self.calls.append(("group_upserted", group.key))
 
-    def group_deleted(self, key):
-        self.calls.append(("group_deleted", key))
+    def group_deleted(self, group):
+        self.calls.append(("group_deleted", group.key))
 
     def dra_upserted(self, facts):
         self.calls.append(("dra_upserted", type(facts).__name__, getattr(facts, "name", None) or facts.key))
@@ -66,6 +67,7 @@ class Sink:
     def relisted(self, kind, objects):
         self.calls.append(("relisted", kind, [getattr(o, "name", None) or o.key.split("/")[-1] for o in objects]))
         self.last_list = objects
+        self.lists.setdefault(kind, []).append(objects)
 
 
 def wait_until(cond, timeout=5.0):
@@ -326,6 +328,39 @@ def test_events_past_the_queue_are_dropped_and_counted(apiserver):
     assert [body["message"] for _, body in apiserver.seen("POST", path)] == ["first", "queued"]
 
 
+def served(apiserver, api_version, *plurals):
+    apiserver.reply("GET", f"/apis/{api_version}", 200, {
+        "kind": "APIResourceList", "groupVersion": api_version,
+        "resources": [{"name": p, "namespaced": True, "kind": "X"} for p in plurals]})
+
+
+def test_each_group_api_is_watched_only_where_served_and_read_as_its_own_kind(apiserver):
+    volcano = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+    served(apiserver, "scheduling.volcano.sh/v1beta1", "podgroups", "queues")
+    # scheduling.k8s.io/v1beta1 is served (--runtime-config) but without GenericWorkload it has
+    # no podgroups: not served as far as railyard is concerned.
+    served(apiserver, "scheduling.k8s.io/v1beta1", "priorityclasses")
+    item = {"metadata": {"name": "train", "namespace": "ml", "resourceVersion": "5"}, "spec": {"minMember": 4}}
+    apiserver.list(volcano, ([item], "5"))
+    apiserver.watch(volcano, (404, status(404, "the server could not find the requested resource", "NotFound")))
+    sink = Sink()
+    wc = cache(apiserver, sink, GROUPS)
+    try:
+        wait_until(wc.synced)
+        volcano_lists = lambda: [[g.key for g in objs] for objs in sink.lists.get("podgroups.scheduling.volcano.sh", [])]
+        wait_until(lambda: volcano_lists()[-2:] == [["ml/train"], []])
+        assert set(sink.lists) == {r.kind for r in GROUPS}
+        assert all(lists == [[]] * len(lists) for kind, lists in sink.lists.items()
+                   if kind != "podgroups.scheduling.volcano.sh")
+        (listed,) = [o for o in sink.lists["podgroups.scheduling.volcano.sh"] if o]
+        # A list item carries no apiVersion: it is read as the watched kind's object.
+        assert listed[0].id == ("podgroups.scheduling.volcano.sh", "ml/train")
+        assert listed[0].declarations[0].source == "Volcano PodGroup ml/train spec.minMember"
+        # The watch said 404 (the CRD was deleted): the kind is listed as empty and looked up again.
+        assert not apiserver.seen("GET", "/apis/scheduling.k8s.io/v1beta1/podgroups")
+        assert not apiserver.seen("GET", "/apis/scheduling.run.ai/v2alpha2/podgroups")
+    finally:
+        wc.stop()
 def test_deallocate_claim_patches_status_with_the_resource_version_it_saw(apiserver):
     path = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/user-a/status"
     apiserver.reply("PATCH", path, 200, {"metadata": {"name": "user-a"}})

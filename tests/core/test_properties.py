@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from extender.core.model import GangSpec, Level, Member, NodeFacts, PodUsage
+from extender.core.model import Eligibility, GangSpec, Level, Member, NodeFacts, PodUsage
 from extender.core.planner import NoPlacement, Placement, plan
 from extender.core.state import ClusterState, Reservation
 from extender.core.topology import Topology
@@ -18,7 +18,7 @@ LEVELS = (Level("block", "block"), Level("rack", "rack"))
 def node(name, path, gpus, **kw) -> NodeFacts:
     """A node at ``path`` (block, rack); None: that label is missing."""
     labels = {lvl.key: v for lvl, v in zip(LEVELS, path) if v is not None}
-    return NodeFacts(name, labels, gpus, **kw)
+    return NodeFacts(name, labels, gpus, allocatable=(("pods", 110),), **kw)
 
 
 @st.composite
@@ -185,3 +185,61 @@ def test_natural_order_and_look_alike_values_stay_apart():
     topo = Topology(LEVELS, nodes)
     assert topo.names == ("x", "h9", "h10", "y")
     assert [tuple(p) for p in topo.paths[1]] == [("b1", "r01"), ("b1", "r1")]
+
+
+# -- eligibility: one class of pods with a CPU request and a node selector -----------------------
+
+
+@st.composite
+def eligible_clusters(draw):
+    """2-7 nodes, each with a pool label (or none), free GPUs and free CPU drawn apart."""
+    n = draw(st.integers(2, 7))
+    nodes, used_gpus, used_cpu = [], [], []
+    for i in range(n):
+        block, rack = draw(st.sampled_from(["b1", "b2"])), draw(st.sampled_from(["r1", "r2"]))
+        pool = draw(st.sampled_from(["x", "y", None]))
+        labels = {"block": block, "rack": rack, **({"pool": pool} if pool else {})}
+        nodes.append(NodeFacts(f"n{i}", labels, 8, allocatable=(("cpu", 16000), ("pods", 110))))
+        used_gpus.append(draw(st.integers(0, 8)))
+        used_cpu.append(draw(st.sampled_from([0, 4000, 12000, 16000])))
+    return nodes, used_gpus, used_cpu
+
+
+@settings(max_examples=300, deadline=None)
+@given(eligible_clusters(), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), st.sampled_from([0, 2000, 6000]),
+       st.sampled_from([None, "x"]), st.sampled_from([None, "block", "rack"]))
+def test_one_class_gang_against_brute_force_with_cpu_and_a_selector(cluster, count, gpus, cpu, pool, required):
+    nodes, used_gpus, used_cpu = cluster
+    state = ClusterState(LEVELS)
+    for node, g, c in zip(nodes, used_gpus, used_cpu):
+        state.upsert_node(node)
+        state.upsert_pod(PodUsage(f"uid-{node.name}", node.name, g, (("cpu", c),) if c else ()))
+    requests = tuple(sorted({"pods": 1, **({"cpu": cpu} if cpu else {})}.items()))
+    e = Eligibility(node_selector=(("pool", pool),) if pool else (), requests=requests)
+    gang = GangSpec("ml/g", tuple(Member(f"ml/p{i}", gpus, eligibility=e) for i in range(count)), count, 60.0,
+                    required=required)
+    result = plan(gang, state.view())
+    topo = state.topology
+
+    # The oracle, apart from the planner: how many of these pods each node holds by hand.
+    def holds(name: str) -> int:
+        node = state.node(name)
+        if pool and node.labels.get("pool") != pool:
+            return 0
+        by_gpu = state.free(name) // gpus
+        by_cpu = (16000 - state.taken(name).get("cpu", 0)) // cpu if cpu else by_gpu
+        return max(0, min(by_gpu, by_cpu))
+
+    bound = -1 if required is None else topo.level_index(required)
+    feasible = any(sum(holds(topo.names[i]) for i in range(topo.domain(lvl, d).start, topo.domain(lvl, d).end)) >= count
+                   for lvl in range(topo.depth, bound - 1, -1) for d in range(topo.domain_count(lvl))
+                   if not (0 <= lvl < topo.depth and topo.domain(lvl, d).path[-1] is None))
+    event("feasible" if feasible else "infeasible")
+    assert isinstance(result, Placement) == feasible, (result, [holds(n) for n in topo.names])
+    if isinstance(result, Placement):
+        per_node: dict[str, int] = {}
+        for s in result.slots:
+            per_node[s.node] = per_node.get(s.node, 0) + 1
+        assert all(n <= holds(node) for node, n in per_node.items())  # selector, GPUs and CPU all hold
+        if required:
+            assert result.level >= topo.level_index(required)

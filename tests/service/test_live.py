@@ -20,21 +20,23 @@ def _pod(obj):
     return TRANSLATE.pod(obj) if isinstance(obj, dict) else obj
 
 
+#: Most tests here are about gangs of "the members seen" planned at their first member; the
+#: wait for such gangs to settle has tests of its own (tests/service/test_conventions.py).
+SETTINGS = Settings(gangs=GangSettings(settle_seconds=0))
+
+
 class Extender(TopologyExtender):
     """The service, fed Kubernetes objects the way its adapters feed it: translated first
     (facts, as the gRPC servicer passes them, go through unchanged)."""
 
-    def __init__(self, settings=Settings(), binder=None, clock=None):
-        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None)
+    def __init__(self, settings=SETTINGS, binder=None, clock=None, kinds=("nodes", "pods", "podgroups")):
+        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
 
     def relisted(self, kind, objects):
-        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod, "podgroups": TRANSLATE.group}.get(kind)
-        super().relisted(kind, [translate(o) if translate else o for o in objects])
-
-    def dra_listed(self):
-        """The DRA kinds listed empty, as the watch cache reports them where resource.k8s.io is not served."""
-        for kind in DRA_KINDS:
-            self.relisted(kind, [])
+        if kind in DRA_KINDS:  # given as facts
+            return super().relisted(kind, objects)
+        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod}.get(kind, lambda o: TRANSLATE.group(o, kind))
+        super().relisted(kind, [translate(o) for o in objects])
 
     def pod_upserted(self, pod):
         super().pod_upserted(_pod(pod))
@@ -88,12 +90,11 @@ class Clock:
 
 def extender(drawing=TWO_RACKS, fail=frozenset()):
     binder, clock = MemoryBinder(fail), Clock()
-    ext = Extender(Settings(), binder, clock=clock)
+    ext = Extender(SETTINGS, binder, clock=clock)
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
     ext.relisted("podgroups", [])
-    ext.dra_listed()
     return ext, binder, clock
 
 
@@ -295,14 +296,12 @@ def test_preempt_never_breaks_a_running_gang():
 
 
 def test_not_ready_until_every_kind_is_listed():
-    ext = Extender(Settings(), MemoryBinder())
+    ext = Extender(SETTINGS, MemoryBinder())
     assert not ext.ready()
     ext.relisted("nodes", [])
     ext.relisted("pods", [])
     assert not ext.ready()
     ext.relisted("podgroups", [])  # the watch cache's answer when the CRD is not served
-    assert not ext.ready()
-    ext.dra_listed()
     assert ext.ready()
 
 
@@ -330,11 +329,10 @@ def test_next_round_after_a_bound_gang_is_planned_before_the_watch_shows_it_boun
 def test_no_gang_is_planned_before_the_pods_are_listed():
     # After a start (a kill -9 and restart included) railyard serves while its lists run, one
     # thread per kind: with nodes listed and pods not yet, a plan would promise GPUs in use.
-    ext = Extender(Settings(), MemoryBinder(), clock=Clock())
+    ext = Extender(SETTINGS, MemoryBinder(), clock=Clock())
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     pods = gang("g", 2, 8)
-    ext.dra_listed()
     with pytest.raises(NotReady, match="still listing podgroups, pods after a start; gang ml/g"):
         ext.filter(pods[0], NODES)
     assert ext.state.reservations() == {}
@@ -406,13 +404,12 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
 
 def test_configured_default_timeout_applies_to_gangs_that_name_none():
     binder, clock = MemoryBinder(), Clock()
-    settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0))
+    settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0, settle_seconds=0))
     ext = Extender(settings, binder, clock=clock)
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
     ext.relisted("podgroups", [])
-    ext.dra_listed()
     create(ext, gang("g", 2, 8))
     ext.filter(gang("g", 2, 8)[0], NODES)
     assert ext.debug_gangs()[0]["deadline_in_seconds"] == 5.0

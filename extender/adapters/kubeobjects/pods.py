@@ -1,11 +1,15 @@
-"""Pods to PodFacts: group membership, the GPU request, rank, tolerations, what they declare."""
+"""Pods to PodFacts: group membership, rank, what they declare; requests (resources.py) and
+where they may run (placement.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.dra import pod_claims
-from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, list_at, parse_count, str_at
+from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
+from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
+from extender.adapters.kubeobjects.placement import eligibility
+from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
@@ -14,12 +18,19 @@ from extender.core.model import (
     Declaration,
     GangRef,
     PodFacts,
-    Toleration,
 )
 
 
-GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/pod-group-name")
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+MEMBERSHIP = (
+    # (where the pod says it, key, the group object its convention names); first match wins
+    ("label", "scheduling.x-k8s.io/pod-group", SCHEDULER_PLUGINS),   # scheduler-plugins coscheduling
+    ("label", "kueue.x-k8s.io/pod-group-name", ""),                  # Kueue: no group object
+    ("annotation", "scheduling.k8s.io/group-name", VOLCANO),          # Volcano (its scheduler reads only this)
+    ("field", "spec.schedulingGroup.podGroupName", KUBERNETES),      # Kubernetes 1.36+ Workload API
+    ("annotation", "pod-group-name", KAI),                           # KAI (its scheduler reads the annotation)
+    ("label", "pod-group-name", KAI),
+)
+"""How a pod names its gang, and so which group object it reads."""
 RANKS = (
     ("jobset.sigs.k8s.io/job-index", "batch.kubernetes.io/job-completion-index"),
     ("batch.kubernetes.io/job-completion-index",),
@@ -29,43 +40,38 @@ RANKS = (
 )
 """Rank sources, first match wins; a JobSet pod's rank is (job index, completion index)."""
 DECLARING_ANNOTATIONS = (
-    # (annotation, role, precedence); a PodGroup's own fields come at precedence 1.
-    ("railyard.io/min-member", MIN_MEMBER, 0),
-    ("kueue.x-k8s.io/pod-group-total-count", MIN_MEMBER, 2),
-    ("railyard.io/timeout-seconds", TIMEOUT, 0),
-    ("railyard.io/required-topology", REQUIRED, 0),
-    ("kueue.x-k8s.io/podset-required-topology", REQUIRED, 1),
-    ("railyard.io/preferred-topology", PREFERRED, 0),
-    ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, 1),
+    # (annotation, role, precedence); the precedence table is in groups.py.
+    ("railyard.io/min-member", MIN_MEMBER, RAILYARD),
+    ("kueue.x-k8s.io/pod-group-total-count", MIN_MEMBER, OTHER),
+    ("railyard.io/timeout-seconds", TIMEOUT, RAILYARD),
+    ("railyard.io/required-topology", REQUIRED, RAILYARD),
+    ("kueue.x-k8s.io/podset-required-topology", REQUIRED, OTHER),
+    ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
+    ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
 )
-"""Gang-level values a pod declares. Precedence, lowest first:
-  min-member: annotation railyard.io/min-member > PodGroup spec.minMember >
-              annotation kueue.x-k8s.io/pod-group-total-count > the members seen;
-  timeout:    annotation railyard.io/timeout-seconds > PodGroup spec.scheduleTimeoutSeconds >
-              setting gangs.default_timeout_seconds;
-  required:   railyard.io/required-topology > kueue.x-k8s.io/podset-required-topology;
-  preferred:  railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology."""
+"""Gang-level values a pod declares itself (``groups.py`` has the whole precedence table)."""
 
 
 def gang_ref(pod: Mapping[str, Any]) -> GangRef:
-    """``<ns>/<group>``, or ``<ns>/<pod>`` (not named) for a pod that names no group."""
+    """``<ns>/<group>`` and the kind of group object it names, or ``<ns>/<pod>`` (not named)
+    for a pod that names no group."""
     meta = dict_at(pod, "metadata")
     ns = str_at(meta, "namespace") or "default"
-    labels, annotations = labels_of(pod), annotations_of(pod)
-    for key in GROUP_LABELS:
-        if labels.get(key):
-            return GangRef(f"{ns}/{labels[key]}", True)
-    if annotations.get(GROUP_ANNOTATION):
-        return GangRef(f"{ns}/{annotations[GROUP_ANNOTATION]}", True)
-    group = str_at(dict_at(dict_at(pod, "spec"), "schedulingGroup"), "podGroupName")
-    if group:
-        return GangRef(f"{ns}/{group}", True)
+    found = {"label": labels_of(pod), "annotation": annotations_of(pod),
+             "field": {"spec.schedulingGroup.podGroupName":
+                       str_at(dict_at(dict_at(pod, "spec"), "schedulingGroup"), "podGroupName")}}
+    for where, key, kind in MEMBERSHIP:
+        group = found[where].get(key)
+        if group:
+            return GangRef(f"{ns}/{group}", True, kind)
     return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
 
 
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     meta, spec = dict_at(pod, "metadata"), dict_at(pod, "spec")
     annotations = annotations_of(pod)
+    gpus, requests, request_problems = pod_requests(pod, gpu_resource)
+    where, where_problems = eligibility(pod, requests)
     return PodFacts(
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
@@ -73,57 +79,20 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         gang=gang_ref(pod),
         node=str_at(spec, "nodeName"),
         phase=str_at(dict_at(pod, "status"), "phase"),
-        gpus=pod_gpus(pod, gpu_resource),
+        gpus=gpus,
         rank=rank(pod),
-        tolerations=tolerations(pod),
         declarations=tuple(Declaration(role, key, annotations[key], precedence)
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
+        eligibility=where,
+        problems=request_problems + where_problems,
         claims=pod_claims(pod),
     )
 
 
 def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
-    """The pod's effective GPU request, as Kubernetes computes it.
-
-    max(sum of app containers + restartable init containers (sidecars),
-        each plain init container + the sidecars started before it) + overhead.
-    A container with only a limit requests its limit (extended resources).
-    """
-    spec = dict_at(pod, "spec")
-
-    def req(container: Mapping[str, Any]) -> int:
-        res = dict_at(container, "resources")
-        value = dict_at(res, "requests").get(gpu_resource)
-        if value is None:
-            value = dict_at(res, "limits").get(gpu_resource)
-        return parse_count(value)
-
-    sidecars = 0
-    init_peak = 0
-    for c in list_at(spec, "initContainers"):
-        if not isinstance(c, dict):
-            continue
-        if c.get("restartPolicy") == "Always":
-            sidecars += req(c)
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + req(c))
-    app = sum(req(c) for c in list_at(spec, "containers") if isinstance(c, dict)) + sidecars
-    overhead = parse_count(dict_at(spec, "overhead").get(gpu_resource))
-    return max(max(app, init_peak) + overhead, 0)
-
-
-def tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    return tuple(
-        Toleration(
-            key=str_at(t, "key"),
-            operator=str_at(t, "operator") or "Equal",
-            value=str_at(t, "value"),
-            effect=str_at(t, "effect"),
-        )
-        for t in list_at(dict_at(pod, "spec"), "tolerations")
-        if isinstance(t, dict)
-    )
+    """The pod's effective GPU request, as Kubernetes computes it (0 when unreadable: the
+    pod's PodFacts carries the problem)."""
+    return pod_requests(pod, gpu_resource)[0]
 
 
 def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
