@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from extender.service import DRA_KINDS
 from extender.settings import Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
 from tests.topologies import TRANSLATE, gang, pod
@@ -70,7 +71,7 @@ class DraBinder(MemoryBinder):
 
 def dra_cluster():
     binder = DraBinder()
-    ext = Extender(Settings(), binder, clock=Clock())
+    ext = Extender(Settings(), binder, clock=Clock(), kinds=("nodes", "pods", "podgroups", *DRA_KINDS))
     ext.relisted("nodes", [node(n) for n in ALL])
     user = pod("user-b1", 0, node="b1", resourceClaims=[{"name": "gpus", "resourceClaimName": "user-b1"}])
     ext8 = pod("ext-c2", 8, node="c2")
@@ -106,7 +107,7 @@ def test_a_one_gpu_pod_passes_where_devices_are_free():
 
 def test_a_gang_of_four_by_eight_lands_in_the_one_free_nvlink_domain_and_the_next_waits():
     ext, _ = dra_cluster()
-    nvlink = {"railyard.io/required-topology": "nvlink"}
+    nvlink = {"railyard.io/required-topology": "nvlink", "railyard.io/min-member": "4"}
     first = gang("g1", 4, 8, annotations=nvlink)
     for p in first:
         ext.pod_upserted(p)
@@ -125,7 +126,8 @@ def test_a_gang_of_four_by_eight_lands_in_the_one_free_nvlink_domain_and_the_nex
 
 def test_a_gang_sized_by_its_claim_template():
     ext, _ = dra_cluster()
-    members = gang("t", 4, 0, resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "gpu8"}])
+    members = gang("t", 4, 0, annotations={"railyard.io/min-member": "4"},
+                   resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "gpu8"}])
     for p in members:
         ext.pod_upserted(p)
     planned = [n for p in members for n in ext.filter(p, ALL).node_names]
