@@ -13,12 +13,14 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from extender.core import gangspec, settle, verdicts
 from extender.core.book import GangBook, GangRecord
+from extender.core.devices import DraFacts
+from extender.core.ledger import DeviceLedger, problems as dra_problems
 from extender.core.lifecycle import HOLDING, Phase
 from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.state import ClusterState, Reservation
-from extender.settings import GangSettings
+from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
 @dataclass(frozen=True)
@@ -68,18 +70,26 @@ class WhatIf:
     """By ``GroupFacts.id``; a gang reads the group its members' convention names."""
     problems: list[str] = field(default_factory=list)
     default_timeout: float = GangSettings().default_timeout_seconds
+    devices: DeviceLedger = field(default_factory=lambda: DeviceLedger(DEFAULT_GPU_RESOURCE))
 
     @classmethod
     def load(cls, nodes: Sequence[NodeFacts], levels: LevelChoice, pods: Iterable[PodFacts] = (),
-             groups: Iterable[GroupFacts] = ()) -> "WhatIf":
+             groups: Iterable[GroupFacts] = (), dra: Iterable[DraFacts] = (),
+             gpu_resource: str = DEFAULT_GPU_RESOURCE) -> "WhatIf":
+        """``dra``: DeviceClasses, ResourceSlices, ResourceClaims and templates; a node without
+        allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims."""
         state = ClusterState(levels.levels)
         problems = list(levels.problems)
         named = [n for n in nodes if n.name]
         if len(named) < len(nodes):
             problems.append(f"{len(nodes) - len(named)} node(s) without metadata.name were skipped")
-        state.set_nodes(named)
+        devices = DeviceLedger(gpu_resource)
+        for facts in dra:
+            devices.upserted(facts)
+        state.set_nodes(devices.nodes_relisted(named))
         unknown_nodes = 0
         for pod in pods:
+            pod, _ = devices.size(pod)
             usage = pod.usage
             if usage is None:
                 continue
@@ -88,13 +98,22 @@ class WhatIf:
             state.upsert_pod(usage)
         if unknown_nodes:
             problems.append(f"{unknown_nodes} pod(s) on nodes that are not in the node list were ignored")
+        devices.apply_claims(state, list(devices.claims))
         problems.extend(state.topology.problems)
-        return cls(state, {g.id: g for g in groups}, problems)
+        problems.extend(dra_problems(devices))
+        return cls(state, {g.id: g for g in groups}, problems, devices=devices)
 
     def plan_pending(self, pending: Iterable[PodFacts]) -> list[GangAnswer]:
-        """Plan each gang in order of first appearance; each sees the ones before it reserved."""
+        """Plan each gang in order of first appearance; each sees the ones before it reserved.
+        A gang with a member whose claims railyard cannot size gets that reason."""
         answers = []
-        for key, members in by_gang(pending).items():
+        for key, pods in by_gang(pending).items():
+            sized = [self.devices.size(p) for p in pods]
+            unsized = next((problem for _, problem in sized if problem), "")
+            if unsized:
+                answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
+                continue
+            members = [p for p, _ in sized]
             spec = gangspec.build(key, members, self.groups.get(members[0].gang.group_id), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))

@@ -210,6 +210,19 @@ class BindingMark:
 
 
 @dataclass(frozen=True)
+class PodClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a ResourceClaim by name, or a template."""
+
+    name: str
+    """The entry's name in the pod."""
+    claim: str = ""
+    """The ResourceClaim's name: ``resourceClaimName``, or the claim made from the template as
+    ``status.resourceClaimStatuses`` names it; empty until that claim exists."""
+    template: str = ""
+    """``resourceClaimTemplateName``, or empty."""
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
 
@@ -221,7 +234,8 @@ class PodFacts:
     """``spec.nodeName``; empty while unbound."""
     phase: str = ""
     gpus: int = 0
-    """The effective GPU request, as Kubernetes computes it."""
+    """The effective GPU request, as Kubernetes computes it; once ``core.ledger`` sized the
+    pod, plus the GPUs its ResourceClaims ask for."""
     rank: tuple[int, ...] | None = None
     declarations: tuple[Declaration, ...] = ()
     eligibility: Eligibility = Eligibility()
@@ -233,6 +247,8 @@ class PodFacts:
     """What railyard wrote on the pod before creating its Binding (a Binding round)."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
+    claims: tuple[PodClaim, ...] = ()
+    """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.ledger``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

@@ -159,6 +159,10 @@ def too_few_gpus(free: int, reserved: int, gpus: int) -> str:
     return f"node(s) have {max(free, 0)} free GPUs ({reserved} reserved for gangs); pod needs {gpus}"
 
 
+def not_sized(problem: str) -> str:
+    return f"{problem}; railyard cannot count the pod's GPUs and leaves it to kube-scheduler (no gang hold)"
+
+
 # -- permit (bind) ------------------------------------------------------------------------------
 
 

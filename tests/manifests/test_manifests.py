@@ -78,6 +78,10 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
         ("", "pods", "patch"),  # the Binding round on each member before its Binding (recovery)
         ("", "events", "create"),
+        *((("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
+                                                "resourceclaimtemplates") for v in ("get", "list", "watch"))),
+        ("resource.k8s.io", "resourceclaims/status", "patch"),  # deallocating a leftover of a failed bind
+        ("resource.k8s.io", "resourceclaims/binding", "patch"),  # what changing status.allocation needs
     }
     binding = find(base, "ClusterRoleBinding", "railyard-extender")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
 from extender.adapters.kubeobjects.placement import eligibility
@@ -115,6 +116,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         eligibility=where,
         problems=request_problems + where_problems,
         binding=binding_mark(annotations),
+        claims=pod_claims(pod),
     )
 
 
