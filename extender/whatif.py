@@ -11,16 +11,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from extender.core import gangspec, verdicts
-from extender.core.address import Address, addresses
+from extender.core import gangspec, settle, verdicts
+from extender.core.address import addresses
 from extender.core.book import GangBook, GangRecord
+from extender.core.devices import DraFacts
+from extender.core.ledger import DeviceLedger, problems as dra_problems
 from extender.core.lifecycle import HOLDING, Phase
-from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.state import ClusterState, Reservation
 from extender.core.topology import Topology
-from extender.settings import GangSettings
+from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
 @dataclass(frozen=True)
@@ -89,21 +91,30 @@ class WhatIf:
     """A cluster loaded from facts, ready to plan pending gangs in order."""
 
     state: ClusterState
-    groups: dict[str, GroupFacts] = field(default_factory=dict)
+    groups: dict[tuple[str, str], GroupFacts] = field(default_factory=dict)
+    """By ``GroupFacts.id``; a gang reads the group its members' convention names."""
     problems: list[str] = field(default_factory=list)
     default_timeout: float = GangSettings().default_timeout_seconds
+    devices: DeviceLedger = field(default_factory=lambda: DeviceLedger(DEFAULT_GPU_RESOURCE))
 
     @classmethod
     def load(cls, nodes: Sequence[NodeFacts], levels: LevelChoice, pods: Iterable[PodFacts] = (),
-             groups: Iterable[GroupFacts] = ()) -> "WhatIf":
+             groups: Iterable[GroupFacts] = (), dra: Iterable[DraFacts] = (),
+             gpu_resource: str = DEFAULT_GPU_RESOURCE) -> "WhatIf":
+        """``dra``: DeviceClasses, ResourceSlices, ResourceClaims and templates; a node without
+        allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims."""
         state = ClusterState(levels.levels)
         problems = list(levels.problems)
         named = [n for n in nodes if n.name]
         if len(named) < len(nodes):
             problems.append(f"{len(nodes) - len(named)} node(s) without metadata.name were skipped")
-        state.set_nodes(named)
+        devices = DeviceLedger(gpu_resource)
+        for facts in dra:
+            devices.upserted(facts)
+        state.set_nodes(devices.nodes_relisted(named))
         unknown_nodes = 0
         for pod in pods:
+            pod, _ = devices.size(pod)
             usage = pod.usage
             if usage is None:
                 continue
@@ -112,14 +123,23 @@ class WhatIf:
             state.upsert_pod(usage)
         if unknown_nodes:
             problems.append(f"{unknown_nodes} pod(s) on nodes that are not in the node list were ignored")
+        devices.apply_claims(state, list(devices.claims))
         problems.extend(state.topology.problems)
-        return cls(state, {g.key: g for g in groups}, problems)
+        problems.extend(dra_problems(devices))
+        return cls(state, {g.id: g for g in groups}, problems, devices=devices)
 
     def plan_pending(self, pending: Iterable[PodFacts]) -> list[GangAnswer]:
-        """Plan each gang in order of first appearance; each sees the ones before it reserved."""
+        """Plan each gang in order of first appearance; each sees the ones before it reserved.
+        A gang with a member whose claims railyard cannot size gets that reason."""
         answers = []
-        for key, members in by_gang(pending).items():
-            spec = gangspec.build(key, members, self.groups.get(key), self.default_timeout)
+        for key, pods in by_gang(pending).items():
+            sized = [self.devices.size(p) for p in pods]
+            unsized = next((problem for _, problem in sized if problem), "")
+            if unsized:
+                answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
+                continue
+            members = [p for p, _ in sized]
+            spec = gangspec.build(key, members, self.groups.get(members[0].gang.group_id), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))
             if isinstance(result, Placement):
@@ -137,8 +157,11 @@ class Live:
     state: ClusterState
     book: GangBook
     pods: PodIndex
-    groups: Mapping[str, GroupFacts]
+    groups: Mapping[tuple[str, str], GroupFacts]
     default_timeout: float
+    arrivals: settle.Arrivals = field(default_factory=settle.Arrivals)
+    settle_seconds: float = 0.0
+    max_timeout: float = 0.0
 
 
 def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
@@ -146,7 +169,8 @@ def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     own reservation (if it holds one) given back."""
     answers = []
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, live.groups.get(key), live.default_timeout)
+        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout,
+                              max_timeout=live.max_timeout)
         with own_reservation_returned(live.state, key):
             answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
     return answers
@@ -197,7 +221,13 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
             out["ranks"] = ranks_json(live.state.topology, rec.placement)
     if not members:
         return out
-    spec = gangspec.build(gang, members, live.groups.get(gang), live.default_timeout)
+    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout,
+                          max_timeout=live.max_timeout)
+    if rec is not None and rec.phase == Phase.PENDING:
+        # A gang that waits to settle: say so with the numbers of now, not of its last filter.
+        waiting = settle.unsettled(spec, live.arrivals.last(gang), now, live.settle_seconds)
+        if waiting is not None:
+            out["reason"] = waiting
     with own_reservation_returned(live.state, gang):
         topo = live.state.topology
         bound_level, rows = domain_fits(spec, live.state.view())

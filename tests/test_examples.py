@@ -10,7 +10,8 @@ import yaml
 
 from extender import topotext
 from extender.adapters.kubeobjects import notes
-from extender.core.address import Address, PodNotes, addresses
+from extender.core.address import addresses
+from extender.core.model import Address
 from extender.core.planner import Placement
 from extender.core.slices import SliceRule
 from tests.topologies import cluster
@@ -52,8 +53,8 @@ def test_the_sliced_job_example_is_planned_in_slices_and_its_env_reads_what_rail
     keys = {e["name"]: FIELD.match(e["valueFrom"]["fieldRef"]["fieldPath"]).group(1) for e in env}
     assert keys == {"RAILYARD_RANK": notes.RANK, "RAILYARD_SLICE": notes.SLICE,
                     "RAILYARD_NVLINK": notes.DOMAIN + "nvlink", "RAILYARD_LEAF": notes.DOMAIN + "leaf"}
-    # What the launcher of rank 5 reads: its own address, as its Binding writes it.
-    written = notes.annotations(PodNotes(address_of(w, "ml/llama-tp4-5-x")))
+    # What the launcher of rank 5 reads: its own address, as its mark writes it.
+    written = notes.address_annotations(address_of(w, "ml/llama-tp4-5-x"))
     assert {name: written[key] for name, key in keys.items()} == {
         "RAILYARD_RANK": "5", "RAILYARD_SLICE": "1", "RAILYARD_NVLINK": "b1/r2/n2", "RAILYARD_LEAF": "b1/r2"}
 

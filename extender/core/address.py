@@ -1,10 +1,12 @@
 """Where each member of a planned gang sits: its rank, its slice, and its domain at every level.
 
-A pure function of the plan. The rank is the member's place in the order the planner gave
-slots in (rank index labels, then name; members not created yet last), which it laid out
-depth-first, so consecutive ranks are neighbours in the fabric; the slice is rank // slice
-size. A training launcher reads them from the pod (``kubeobjects.notes`` names the
-annotations) to build its process groups: ranks that follow the fabric.
+A pure function of the plan (the values, ``model.Address`` and ``model.Place``, are facts like
+any other). The rank is the member's place in the order the planner gave slots in (rank index
+labels, then name; members not created yet last), which it laid out depth-first, so
+consecutive ranks are neighbours in the fabric; the slice is rank // slice size. The gate
+writes it on each member with its Binding round (``model.BindingMark``) before any Binding; a
+training launcher reads it from the pod (``kubeobjects.notes`` names the annotations) to build
+its process groups: ranks that follow the fabric.
 
 A round of replacements for a running gang is planned on its own, so its members get their
 domains but no rank or slice: their place in the whole gang is not the plan's to say.
@@ -12,43 +14,10 @@ domains but no rank or slice: their place in the whole gang is not the plan's to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from extender.core.model import Address, Place
 from extender.core.planner import Placement
 from extender.core.topology import Topology, format_path
 from extender.core.verdicts import level_word
-
-
-@dataclass(frozen=True)
-class Place:
-    """A member's domain at one level."""
-
-    level: str
-    """The level's key (a node label key)."""
-    name: str
-    """The level's short name (``leaf``, ``nvlink``...), else the last part of its key."""
-    domain: str
-    """The domain's whole path from the broadest level, ``s1/l2``: a value repeated under two
-    parents is two domains."""
-
-
-@dataclass(frozen=True)
-class Address:
-    pod: str
-    """``<namespace>/<name>``; ``<gang>#<n>`` for a member not created yet."""
-    node: str
-    rank: int | None
-    slice: int | None
-    """None when the gang is not sliced (and for replacements)."""
-    domains: tuple[Place, ...]
-    """Broadest first; a level whose label the node lacks is left out."""
-
-
-@dataclass(frozen=True)
-class PodNotes:
-    """What railyard writes on a gang member as it binds it (adapters make annotations of it)."""
-
-    address: Address | None = None
 
 
 def addresses(topo: Topology, placement: Placement) -> list[Address]:
@@ -74,6 +43,6 @@ def domains(topo: Topology, node: str) -> tuple[Place, ...]:
     return tuple(out)
 
 
-def gang_notes(topo: Topology, placement: Placement | None) -> dict[str, PodNotes]:
-    """Per member of a planned gang, what to write on it as it is bound."""
-    return {a.pod: PodNotes(a) for a in addresses(topo, placement)} if placement is not None else {}
+def gang_addresses(topo: Topology, placement: Placement | None) -> dict[str, Address]:
+    """Per member of a planned gang, its address (written on its pod before it is bound)."""
+    return {a.pod: a for a in addresses(topo, placement)} if placement is not None else {}

@@ -31,13 +31,15 @@ MAX_TIMEOUT_SECONDS = 86_400
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
-          running: int = 0) -> GangSpec:
+          running: int = 0, max_timeout: float = 0.0) -> GangSpec:
     """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
 
     ``running``: members of the gang already bound and running; they count toward min-member,
     so replacements for a running gang's lost members are planned as a round of their own.
+    ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
+    calls first); 0: no cap.
     """
-    problems: list[str] = []
+    problems: list[str] = list(group.problems if group else ())
     decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
     owner = {id(d): p.key for p in pods for d in p.declarations}
 
@@ -64,6 +66,9 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if found is not None:
         timeout = float(positive_int(found.value, found.source, MAX_TIMEOUT_SECONDS, problems,
                                      default=int(default_timeout)))
+    capped_from = None
+    if max_timeout and timeout > max_timeout:
+        capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
@@ -77,6 +82,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         preferred=str(preferred.value).strip() if preferred else None,
         invalid=tuple(problems),
         sized=size is not None,
+        timeout_capped_from=capped_from,
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:

@@ -147,6 +147,12 @@ def still_listing(missing: list[str], gang: str) -> str:
             f"planned once it has (the scheduler retries the pod)")
 
 
+def settling(gang: str, members: int, quiet: float, interval: float) -> str:
+    return (f"gang {gang} declares no size: {members} member{'s' if members != 1 else ''} seen, the newest "
+            f"{quiet:.1f}s ago; it is planned once no new member appears for {interval:g}s "
+            f"(declare the size to skip the wait: railyard.io/min-member or its PodGroup's)")
+
+
 def gang_grew(gang: str, member: str) -> str:
     return f"gang {gang} grew to include {member}; planning again"
 
@@ -170,6 +176,10 @@ def too_few_gpus(free: int, reserved: int, gpus: int) -> str:
     # No node name: kube-scheduler counts identical reasons ("39 node(s) have ..."), and one
     # distinct reason per node made the pod's condition list every node.
     return f"node(s) have {max(free, 0)} free GPUs ({reserved} reserved for gangs); pod needs {gpus}"
+
+
+def not_sized(problem: str) -> str:
+    return f"{problem}; railyard cannot count the pod's GPUs and leaves it to kube-scheduler (no gang hold)"
 
 
 # -- permit (bind) ------------------------------------------------------------------------------
@@ -222,3 +232,27 @@ def names_no_gang(member: str) -> str:
 def never_filtered(member: str) -> str:
     return (f"not planned yet: kube-scheduler has not sent {member} to railyard's filter (check "
             f"spec.schedulerName and that the scheduler's extender config points at railyard)")
+
+
+def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> str:
+    return (f"gang {gang}: {at_bind}/{need} GPU members at bind, the first for {seconds:.0f}s; "
+            f"the rest must arrive within {max(left, 0):.0f}s")
+
+
+def timeout_capped(gang: str, asked: float, cap: float) -> str:
+    return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
+            f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")
+
+
+def node_unusable(node: str, why: str, gang: str) -> str:
+    return f"node {node} became {why} while gang {gang} waited; planning again"
+
+
+def mark_failed(member: str, error: str) -> str:
+    return f"recording the Binding round on {member} failed, so no member was bound: {error}"
+
+
+def round_completed(gang: str, bindings: int, bound: int, nodes: list[str]) -> str:
+    return (f"gang {gang}: finished a Binding round its extender had left at {bound}/{bound + bindings} members "
+            f"bound: bound the other {bindings} to their planned nodes ({', '.join(nodes[:5])}"
+            f"{' ...' if len(nodes) > 5 else ''})")

@@ -355,7 +355,7 @@ QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 def _address(levels):
-    from extender.core.address import Address, Place
+    from extender.core.model import Address, Place
     return Address("ml/p", "h1", 3, 1, tuple(Place(lvl.key, lvl.name or lvl.key.rsplit("/", 1)[-1], f"d{i}")
                                             for i, lvl in enumerate(levels)))
 
@@ -375,11 +375,10 @@ def test_the_address_annotations_of_every_preset_are_valid_distinct_keys(preset)
 
 def test_address_annotation_names_are_made_valid_and_told_apart():
     from extender.adapters.kubeobjects import notes
-    from extender.core.address import Address, Place
+    from extender.core.model import Address, Place
     address = Address("ml/p", "h1", None, None, (
         Place("example.com/zone", "zone", "z1"), Place("other.io/zone", "zone", "z1/a"),
         Place("example.com/odd", "-odd name:" + "x" * 80 + ".", "z1/a/b")))
     written = notes.address_annotations(address)
     assert list(written) == ["railyard.io/domain.zone", "railyard.io/domain.zone-1", "railyard.io/domain." + "x" * 56]
     assert "railyard.io/rank" not in written and "railyard.io/slice" not in written  # a replacement round
-    assert notes.annotations(None) == {}

@@ -1,5 +1,5 @@
 """A sliced gang on the real kube-scheduler through railyard: bound whole, every slice inside one
-NVLink domain, and every pod carrying its topology address from the moment it is bound.
+NVLink domain, and every pod carrying its topology address before it is bound.
 
 The pods are the ones ``examples/sliced-job.yaml``'s Indexed Job would create (there is no Job
 controller here): 8 workers x 8 GPUs, slices of 4 inside one NVLink domain, all inside one
@@ -98,6 +98,7 @@ class PodVersions:
 
 
 def test_a_sliced_gang_binds_whole_each_slice_in_one_nvlink_domain_with_its_address_on_every_pod(cluster, ns):
+    # (railyard's own RBAC: the extender runs as its ServiceAccount, manifests/base/extender-rbac)
     core = cluster.core
     versions = PodVersions(core, ns)
     pods = example_pods()
@@ -122,16 +123,17 @@ def test_a_sliced_gang_binds_whole_each_slice_in_one_nvlink_domain_with_its_addr
     # Each pod's address, as the plan gave it and its node's labels say.
     for i, name in enumerate(names):
         assert {k: v for k, v in running[name].metadata.annotations.items() if k.startswith("railyard.io/")
-                and k not in pods[i]["metadata"]["annotations"]} == {
+                and k not in pods[i]["metadata"]["annotations"] and k != "railyard.io/binding"} == {
             "railyard.io/rank": str(i), "railyard.io/slice": str(i // 4),
             "railyard.io/domain.spine": domain(name, SPINE), "railyard.io/domain.leaf": domain(name, SPINE, LEAF),
             "railyard.io/domain.nvlink": domain(name, SPINE, LEAF, NVLINK)}, name
-    # From the moment it is bound (the same write), before it runs, every pod has its rank.
+    # Annotated before it is bound (with its Binding round, in one patch), so every version of
+    # every pod the watch shows bound, Pending or Running, has its rank.
     bound = [(name, phase, notes) for name, node, phase, notes in versions.versions if node]
     assert {name for name, _, _ in bound} == set(names)
-    assert all("railyard.io/rank" in notes for _, _, notes in bound)
+    assert all("railyard.io/rank" in notes and "railyard.io/binding" in notes for _, _, notes in bound)
     assert {name for name, phase, _ in bound if phase == "Pending"} == set(names)  # bound, not yet running
-    assert not any("railyard.io/rank" in notes for _, node, _, notes in versions.versions if not node)
+    assert {name for name, node, _, notes in versions.versions if not node and "railyard.io/rank" in notes} == set(names)
 
     # railyard's own view of the mapping says the same.
     view = cluster.extender_gangs()[f"{ns}/llama-tp4"]

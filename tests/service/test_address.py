@@ -1,9 +1,10 @@
-"""Every member of a gang is bound with its topology address (rank, slice, domain per level),
-and /debug/gangs and explain show the same mapping: the live service with an in-memory Binder."""
+"""Every member of a gang is marked with its topology address (rank, slice, domain per level)
+before its Binding, and /debug/gangs and explain show the same mapping: the live service with
+an in-memory Binder."""
 
 from __future__ import annotations
 
-from extender.adapters.kubeobjects import notes as pod_notes
+from extender.adapters.kubeobjects import binding_annotations
 from tests.service.test_live import bind_async, create, extender, wait_until
 from tests.topologies import gang
 
@@ -26,6 +27,11 @@ def members(annotations=SLICED, count=4):
     return pods
 
 
+def written(binder, key):
+    """The address annotations the member's mark writes (the Binding round left out)."""
+    return {k: v for k, v in binding_annotations(binder.marks[key]).items() if k != "railyard.io/binding"}
+
+
 def annotations(rank, slice_, nvlink):
     return {"railyard.io/rank": str(rank), **({"railyard.io/slice": str(slice_)} if slice_ is not None else {}),
             "railyard.io/domain.spine": "b1", "railyard.io/domain.leaf": "b1/r1",
@@ -45,14 +51,14 @@ def steer(ext, pods):
     return {f"ml/{p['metadata']['name']}": ext.filter(p, NODES).node_names[0] for p in pods}
 
 
-def test_every_binding_carries_the_members_rank_slice_and_domains():
+def test_every_member_is_marked_with_its_rank_slice_and_domains_before_its_binding():
     ext, binder, _ = extender(DRAWING)
     pods = members()
     plan = steer(ext, pods)
     assert plan == {"ml/g-0": "h1", "ml/g-1": "h2", "ml/g-2": "h4", "ml/g-3": "h5"}
     bind_all(ext, pods, plan)
-    written = {key: pod_notes.annotations(notes) for key, notes in binder.notes.items()}
-    assert written == {
+    assert sorted(binder.marks) == sorted(key for key, _ in binder.bound)
+    assert {key: written(binder, key) for key in binder.marks} == {
         "ml/g-0": annotations(0, 0, "n1"), "ml/g-1": annotations(1, 0, "n1"),
         "ml/g-2": annotations(2, 1, "n2"), "ml/g-3": annotations(3, 1, "n2"),
     }
@@ -62,7 +68,7 @@ def test_an_unsliced_gang_gets_ranks_and_domains_but_no_slice():
     ext, binder, _ = extender(DRAWING)
     pods = members({"railyard.io/min-member": "2"}, count=2)
     bind_all(ext, pods, steer(ext, pods))
-    assert pod_notes.annotations(binder.notes["ml/g-1"]) == annotations(1, None, "n1")
+    assert written(binder, "ml/g-1") == annotations(1, None, "n1")
 
 
 def test_a_member_created_after_planning_gets_the_rank_of_the_slot_it_takes():
@@ -71,7 +77,7 @@ def test_a_member_created_after_planning_gets_the_rank_of_the_slot_it_takes():
     plan = steer(ext, pods[:3])  # planned for 4: the fourth slot waits under the name ml/g#1
     plan.update(steer(ext, pods[3:]))
     bind_all(ext, pods, plan)
-    assert pod_notes.annotations(binder.notes["ml/g-3"]) == annotations(3, 1, "n2")
+    assert written(binder, "ml/g-3") == annotations(3, 1, "n2")
     assert [r["pod"] for r in ext.debug_gangs()[0]["ranks"]] == ["ml/g-0", "ml/g-1", "ml/g-2", "ml/g-3"]
 
 

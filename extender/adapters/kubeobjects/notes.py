@@ -1,10 +1,6 @@
-"""What railyard writes on pods: a member's ``PodNotes`` -> annotations, carried by its Binding.
-
-The API server merges a Binding's ``metadata.annotations`` into the pod in the same update that
-sets ``spec.nodeName`` (``BindingREST.setPodNodeAndMetadata``, pkg/registry/core/pod/storage/
-storage.go, Kubernetes v1.37.2), so a bound pod always has its address, before any kubelet
-starts it, and no other write or permission is needed. That path skips the pod's own
-validation, so every key made here is a valid qualified name (``tests/adapters``).
+"""A gang member's address -> the annotations railyard writes on its pod, in the same merge
+patch as its Binding round (``pods.binding_annotations``), before any Binding of the round.
+Every key made here is a valid qualified name (``tests/adapters``), whatever a level is called.
 
     railyard.io/rank                 the member's rank in the plan (0 ..), consecutive ranks neighbours
     railyard.io/slice                rank // slice size (sliced gangs only)
@@ -19,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from extender.core.address import Address, PodNotes
+from extender.core.model import Address
 
 PREFIX = "railyard.io/"
 RANK = PREFIX + "rank"
@@ -27,13 +23,6 @@ SLICE = PREFIX + "slice"
 DOMAIN = PREFIX + "domain."
 _NAME_PART = 63
 _INVALID = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def annotations(notes: PodNotes | None) -> dict[str, str]:
-    """The annotations that say ``notes``; {} for none."""
-    if notes is None or notes.address is None:
-        return {}
-    return address_annotations(notes.address)
 
 
 def address_annotations(address: Address) -> dict[str, str]:
