@@ -223,5 +223,5 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     if g.listen:
         tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
         grpc_server = GrpcServer(service, translator, listen=g.listen, tls=tls, max_workers=g.max_workers,
-                                 ready=cache.synced)
+                                 max_message_bytes=g.max_message_bytes, ready=cache.synced)
     return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader)

@@ -21,6 +21,7 @@ from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, GangRe
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
 from extender.core.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
+from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
 from extender.core.preemption import vet_victims
@@ -144,24 +145,36 @@ class TopologyExtender:
             rec = self.book.record(pod.gang.key, now)
             round_ = rec.round
             self.book.prepare(rec, pod.key)
-            if rec.phase == Phase.PENDING:
-                self._reserve(rec, pod, now)
-            verdict = self.book.steer(rec, pod, node_names, self.settings.gangs.filter_failures_before_replan)
+            for _ in range(2):  # a plan whose node the scheduler refuses is made again at once
+                if rec.phase == Phase.PENDING:
+                    self._reserve(rec, pod, node_names, now)
+                before = rec.round
+                verdict = self.book.steer(rec, pod, node_names)
+                if rec.round == before:
+                    break
             if rec.phase not in HOLDING:
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
             if rec.round != round_:
                 self._cond.notify_all()
             return verdict
 
-    def _reserve(self, rec: GangRecord, pod: PodFacts, now: float) -> None:
+    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
         members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
         if not any(p.key == pod.key for p in members):
             members.append(pod)
         members.sort(key=lambda p: p.key)
+        running = self.pods.bound_pods(rec.key)
         spec = gangspec.build(rec.key, members, self.groups.get(rec.key),
-                              self.settings.gangs.default_timeout_seconds, running=len(self.pods.bound_uids(rec.key)))
+                              self.settings.gangs.default_timeout_seconds, running=len(running))
         started = time.perf_counter()
-        self.book.reserve(rec, spec, now)
+        topo = self.state.topology
+        # kube-scheduler's verdict as evidence: the names it sends passed its own filters for
+        # this pod (all feasible nodes with percentageOfNodesToScore: 100), so a node it left out
+        # fails something railyard does not model (host ports, volumes, pod affinity...).
+        sent = set(node_names)
+        refused = [n for n in topo.names if n not in sent] if len(sent) < len(topo.names) else []
+        homes = home_domains(topo, spec, [p.node for p in running])
+        self.book.reserve(rec, spec, now, refused, homes)
         self.observer.plan_seconds(time.perf_counter() - started)
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:

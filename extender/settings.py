@@ -5,9 +5,9 @@ Only ``app.py`` reads flags, files and the environment; everything else receives
 A YAML file (``railyard serve --config FILE``) mirrors the tree::
 
     placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
-    gangs: {default_timeout_seconds: 60, bind_attempts: 3, filter_failures_before_replan: 3}
+    gangs: {default_timeout_seconds: 60, bind_attempts: 3}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
-    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: ""}
+    grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ from typing import Any, Mapping
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
-DEPRECATED = {"gangs.steer_misses_before_replan": "gangs.filter_failures_before_replan"}
-"""Old spellings still accepted, with a warning at start (``deprecations``)."""
+RETIRED = {
+    "gangs.steer_misses_before_replan": "a planned node kube-scheduler's filters refuse is now left out and the "
+                                        "gang planned again at once",
+    "gangs.filter_failures_before_replan": "a planned node kube-scheduler's filters refuse is now left out and the "
+                                           "gang planned again at once",
+}
+"""Settings that no longer do anything: still accepted (configs keep working), with a warning
+at start (``deprecations``) saying why."""
 
 
 @dataclass(frozen=True)
@@ -37,9 +43,6 @@ class GangSettings:
     """How long members wait at bind for the rest of their gang, unless the gang says otherwise."""
     bind_attempts: int = 3
     """Tries per Binding before the compensating action (evicting the members already bound)."""
-    filter_failures_before_replan: int = 3
-    """Filter calls in which kube-scheduler's own filters failed a member's planned node before
-    the gang is planned again elsewhere (was ``steer_misses_before_replan``, still accepted)."""
     event_interval_seconds: float = 30.0
     """At most one Kubernetes Event per pod and reason in this interval."""
 
@@ -74,6 +77,8 @@ class GrpcSettings:
     """mTLS: require client certificates signed by this CA (PEM). Needs the certificate and key."""
     max_workers: int = 64
     """Calls served at once (a held Bind or a WatchGangs stream keeps one); more get RESOURCE_EXHAUSTED."""
+    max_message_bytes: int = 8 << 20
+    """Largest request message accepted, as ``server.max_body_bytes``; larger get RESOURCE_EXHAUSTED."""
 
 
 @dataclass(frozen=True)
@@ -113,12 +118,12 @@ class Settings:
             problems.append("grpc.client_ca_file (mTLS) needs grpc.tls_cert_file and grpc.tls_key_file")
         if self.grpc.max_workers <= 0:
             problems.append("grpc.max_workers must be positive")
+        if self.grpc.max_message_bytes <= 0:
+            problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
         if self.gangs.bind_attempts < 1:
             problems.append("gangs.bind_attempts must be at least 1")
-        if self.gangs.filter_failures_before_replan < 1:
-            problems.append("gangs.filter_failures_before_replan must be at least 1")
         if len(set(self.placement.levels)) != len(self.placement.levels):
             problems.append("placement.levels lists a key twice")
         if not self.placement.gpu_resource:
@@ -138,9 +143,8 @@ def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[
         fields = {f.name: f for f in dataclasses.fields(obj)}
         for key, value in values.items():
             where = f"{path}.{key}" if path else str(key)
-            if where in DEPRECATED:
-                where = DEPRECATED[where]
-                key = where.rsplit(".", 1)[-1]
+            if where in RETIRED:
+                continue
             if key not in fields:
                 problems.append(f"unknown setting {where}")
                 continue
@@ -163,12 +167,12 @@ def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[
 
 
 def deprecations(data: Mapping[str, Any]) -> list[str]:
-    """A warning for every deprecated spelling used in a settings mapping."""
+    """A warning for every retired setting used in a settings mapping."""
     out = []
-    for old, new in DEPRECATED.items():
+    for old, why in RETIRED.items():
         node: Any = data
         for part in old.split("."):
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is not None:
-            out.append(f"setting {old} is deprecated; use {new}")
+            out.append(f"setting {old} has no effect any more and is ignored: {why}")
     return out

@@ -14,17 +14,30 @@ Node flags inside brackets: ``FREE/TOTAL`` or ``TOTAL``, ``cordoned``, ``notread
 ``taint=KEY[=VALUE]:EFFECT``, ``label=KEY=VALUE``. A node drawn directly under a rack has no
 NVLink label: that is how a drawing says "label missing".
 
-Level words per scheme (a word with a ``/`` is taken as a label key as is):
+Level words are positions, the same in every scheme: ``block`` is a drawing's first level,
+``rack`` its second, ``nvl`` its third (a node drawn under ``rack`` has no ``nvl`` label). Each
+scheme maps them to its own label keys, broadest first; its other levels take their own names,
+and a word with a ``/`` is taken as a label key as is:
 
-==============  ==================================================================
-topograph       core datacenter block spine leaf|rack nvl -> network.topology.nvidia.com/*
-topograph-v1    core->tier-2 spine|block->tier-1 leaf|rack->tier-0, tier-N, nvl, subnvl
-gke             block, subblock|rack, host|nvl -> cloud.google.com/gce-topology-*
-eks             block->layer-1 spine->layer-2 leaf|rack->layer-3 nvl->layer-4
-oci             block, rack -> oci.oraclecloud.com/host.*
-clique          nvl -> nvidia.com/gpu.clique = <rack value>.<nvl value>; rack is the ClusterUUID
-X+clique        scheme X, except nvl -> nvidia.com/gpu.clique as above
-==============  ==================================================================
+==============  ======================  ======================  ============================
+scheme          block                   rack                    nvl (and other words)
+==============  ======================  ======================  ============================
+topograph       spine                   leaf                    accelerator; core
+topograph-v0.1  spine                   block (its leaf tier)   accelerator; datacenter
+topograph-v1    tier-1                  tier-0                  domain; subnvl, tier-N
+gke             block                   subblock                host
+eks             layer-1                 layer-2                 layer-3; layer-N
+oci             rdma.hpc_island_id      rdma.network_block_id   rdma.local_block_id
+oci-host        host.network_block_id   host.rack_id            -
+clique          -                       ClusterUUID             nvidia.com/gpu.clique
+X+clique        scheme X                scheme X                nvidia.com/gpu.clique
+==============  ======================  ======================  ============================
+
+(``topograph`` keys are ``network.topology.nvidia.com/*`` of Topograph v0.3-v0.5,
+``topograph-v0.1`` the same prefix at v0.1.0, ``topograph-v1`` ``fabric.topograph.run/tier-N``
+and ``accelerator.topograph.run/*``, ``gke`` ``cloud.google.com/gce-topology-*``, ``eks``
+``topology.k8s.aws/network-node-layer-*``, ``oci`` ``oci.oraclecloud.com/*``.) With a clique,
+``nvl`` is ``nvidia.com/gpu.clique = <rack value>.<nvl value>``: the rack names the ClusterUUID.
 
 A compact generator is one line of ``key=value`` words and expands to a drawing::
 
@@ -49,24 +62,25 @@ _T = "network.topology.nvidia.com/"
 _V1 = "fabric.topograph.run/"
 _GKE = "cloud.google.com/gce-topology-"
 _EKS = "topology.k8s.aws/network-node-layer-"
-_OCI = "oci.oraclecloud.com/host."
+_OCI = "oci.oraclecloud.com/"
 
 WORDS: dict[str, dict[str, str]] = {
-    "topograph": {
-        "core": _T + "core", "datacenter": _T + "datacenter", "block": _T + "block",
-        "spine": _T + "spine", "leaf": _T + "leaf", "rack": _T + "leaf", "nvl": _T + "accelerator",
-    },
-    "topograph-v1": {
-        "core": _V1 + "tier-2", "spine": _V1 + "tier-1", "block": _V1 + "tier-1",
-        "leaf": _V1 + "tier-0", "rack": _V1 + "tier-0",
-        "nvl": "accelerator.topograph.run/domain", "subnvl": "accelerator.topograph.run/sub-domain",
-    },
-    "gke": {"block": _GKE + "block", "subblock": _GKE + "subblock", "rack": _GKE + "subblock",
-            "host": _GKE + "host", "nvl": _GKE + "host"},
-    "eks": {"block": _EKS + "1", "spine": _EKS + "2", "leaf": _EKS + "3", "rack": _EKS + "3", "nvl": _EKS + "4"},
-    "oci": {"block": _OCI + "network_block_id", "rack": _OCI + "rack_id"},
+    "topograph": {"block": _T + "spine", "rack": _T + "leaf", "nvl": _T + "accelerator",
+                  "core": _T + "core", "spine": _T + "spine", "leaf": _T + "leaf"},
+    "topograph-v0.1": {"block": _T + "spine", "rack": _T + "block", "nvl": _T + "accelerator",
+                       "datacenter": _T + "datacenter", "spine": _T + "spine"},
+    "topograph-v1": {"block": _V1 + "tier-1", "rack": _V1 + "tier-0",
+                     "nvl": "accelerator.topograph.run/domain", "subnvl": "accelerator.topograph.run/sub-domain"},
+    "gke": {"block": _GKE + "block", "rack": _GKE + "subblock", "nvl": _GKE + "host",
+            "subblock": _GKE + "subblock", "host": _GKE + "host"},
+    "eks": {"block": _EKS + "1", "rack": _EKS + "2", "nvl": _EKS + "3"},
+    "oci": {"block": _OCI + "rdma.hpc_island_id", "rack": _OCI + "rdma.network_block_id",
+            "nvl": _OCI + "rdma.local_block_id"},
+    "oci-host": {"block": _OCI + "host.network_block_id", "rack": _OCI + "host.rack_id"},
     "clique": {},
 }
+NUMBERED = {"topograph-v1": ("tier-", _V1 + "tier-"), "eks": ("layer-", _EKS)}
+"""Schemes whose levels are numbered: ``tier-3``, ``layer-4``."""
 
 
 class TopologyTextError(ValueError):
@@ -228,8 +242,9 @@ def _label_key(scheme: str, word: str, lineno: int) -> str | None:
     if clique and word == "nvl":
         return CLIQUE
     key = WORDS[base].get(word)
-    if key is None and word.startswith("tier-") and base == "topograph-v1" and word[5:].isdigit():
-        key = _V1 + word
+    prefix, key_prefix = NUMBERED.get(base, ("", ""))
+    if key is None and prefix and word.startswith(prefix) and word[len(prefix):].isdigit():
+        key = key_prefix + word[len(prefix):]
     if key is None and clique and word == "rack":
         return None
     if key is None:

@@ -55,9 +55,9 @@ def test_without_pods_every_gpu_is_free(files):
 
 def test_explicit_levels_and_resource(files):
     r = run("--nodes", str(files / "nodes.json"), "--gang", str(files / "pending.json"),
-            "--levels", "network.topology.nvidia.com/block", "--gpu-resource", "example.com/gpu")
+            "--levels", "network.topology.nvidia.com/spine", "--gpu-resource", "example.com/gpu")
     out = json.loads(r.stdout)
-    assert out["topology"]["levels"] == ["network.topology.nvidia.com/block"]
+    assert out["topology"]["levels"] == ["network.topology.nvidia.com/spine"]
     # The pods ask for no example.com/gpu: a gang that needs no GPUs is placed anywhere.
     assert out["gangs"][0]["reason"].startswith("gang ml/a: 2 pods, 0 GPUs on 1 node")
 

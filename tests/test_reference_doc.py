@@ -54,6 +54,6 @@ def test_every_rpc_is_documented():
 
 def test_every_annotation_and_label_key_is_documented():
     keys = [*ko.GROUP_LABELS, ko.GROUP_ANNOTATION, *(k for k, _, _ in ko.DECLARING_ANNOTATIONS),
-            *(k for keys in ko.RANKS for k in keys)]
+            *(k for keys in ko.RANKS for k in keys), *(lvl.key for levels in ko.PRESETS.values() for lvl in levels)]
     for key in keys:
         assert f"`{key}`" in DOC, key

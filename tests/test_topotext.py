@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from extender import topotext
+from extender.adapters import kubeobjects as ko
 from extender.topotext import TopologyTextError
+from tests.topologies import TRANSLATE
 
 
 def test_drawing_becomes_nodes_with_labels_capacity_and_flags():
@@ -18,7 +20,7 @@ def test_drawing_becomes_nodes_with_labels_capacity_and_flags():
     """)
     h1, h2, h3, h4 = spec.nodes
     assert h1["metadata"]["labels"] == {
-        "network.topology.nvidia.com/block": "b1", "network.topology.nvidia.com/leaf": "r1",
+        "network.topology.nvidia.com/spine": "b1", "network.topology.nvidia.com/leaf": "r1",
         "network.topology.nvidia.com/accelerator": "n1", "kubernetes.io/hostname": "h1", "type": "kwok"}
     assert h1["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert h2["spec"]["unschedulable"] is True and spec.used_gpus == {"h2": 3}
@@ -30,6 +32,16 @@ def test_drawing_becomes_nodes_with_labels_capacity_and_flags():
     (fill,) = spec.filler_pods()
     assert fill["spec"]["nodeName"] == "h2"
     assert fill["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "3"}
+
+
+@pytest.mark.parametrize("scheme", [s for s in topotext.WORDS if s != "clique"])
+def test_position_words_keep_each_scheme_order(scheme):
+    # block, rack and nvl are a drawing's first, second and third level: in every scheme they must
+    # become labels that the scheme's preset orders the same way, broadest first.
+    words = [w for w in ("block", "rack", "nvl") if w in topotext.WORDS[scheme]]
+    drawing = "".join(f"{'  ' * i}{w} {w[0]}1" + (": h1 h2\n" if w == words[-1] else "\n") for i, w in enumerate(words))
+    nodes = [TRANSLATE.node(n) for n in topotext.load(f"scheme {scheme}\n{drawing}").nodes]
+    assert [lvl.key for lvl in ko.detect_levels(nodes).levels] == [topotext.WORDS[scheme][w] for w in words]
 
 
 def test_generator_expands_to_a_drawing():

@@ -18,9 +18,10 @@ import yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
-#: Topology label keys (topotext scheme ``topograph``), broadest first; hostname is implied.
+#: Topology label keys (topotext scheme ``topograph``: a drawing's block is Topograph's spine),
+#: broadest first; hostname is implied.
 LEVEL_KEYS = {
-    "block": "network.topology.nvidia.com/block",
+    "block": "network.topology.nvidia.com/spine",
     "leaf": "network.topology.nvidia.com/leaf",
     "nvl": "network.topology.nvidia.com/accelerator",
 }

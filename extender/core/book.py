@@ -4,7 +4,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
     filter   prepare(rec, member)          a finished round retries; an unsized gang that
                                            grew is unreserved
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
-             steer(rec, member, names)     the member's one planned node, or the reason
+             steer(rec, member, names)     the member's one planned node, or the reason (a node
+                                           kube-scheduler refused: unreserve, plan again without it)
     bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
@@ -20,12 +21,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import GangSpec, PodFacts
-from extender.core.planner import NoPlacement, Placement, plan
+from extender.core.planner import Constraints, NoPlacement, Placement, plan
+from extender.core.topology import Domain
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
 from extender.core.verdicts import FilterVerdict
@@ -97,8 +99,9 @@ class GangRecord:
     """Bumped whenever a reservation ends, so waiting members of that round stop waiting."""
     ended: tuple[int, Outcome] | None = None
     """The last round that ended without binding, and how."""
-    filter_failures: int = 0
-    """Filter calls in which kube-scheduler's own filters refused a member's planned node."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """node -> member: planned nodes kube-scheduler's own filters refused (left out of every
+    plan of this gang until it is bound)."""
     members: tuple[str, ...] = ()
     sized: bool = True
     bound_at: float | None = None
@@ -139,13 +142,23 @@ class GangBook:
         if rec.phase in (Phase.PLANNED, Phase.WAITING) and not rec.sized and member not in rec.members:
             self.unreserve(rec, Event.RETRY, verdicts.gang_grew(rec.key, member))
 
-    def reserve(self, rec: GangRecord, spec: GangSpec, now: float) -> None:
-        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none."""
-        result = plan(spec, self.state.view())
+    def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
+                homes: Sequence[Domain] = ()) -> None:
+        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
+
+        ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
+        refused for the gang before are left out too. ``homes``: for a new round of a running
+        gang, the domains it may use, nearest first (the first that holds it wins)."""
+        view = self.state.view()
+        refused = {*refused, *rec.refused}
+        result = None
+        for home in homes or [None]:
+            result = plan(spec, view, Constraints(refused, home))
+            if isinstance(result, Placement):
+                break
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()
-        rec.filter_failures = 0
         rec.sized = spec.sized
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
@@ -165,8 +178,10 @@ class GangBook:
         self._step(rec, Event.PLANNED)
         self._report()
 
-    def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str], filter_failures_before_replan: int) -> FilterVerdict:
-        """The member's one planned node; the reason on every other node."""
+    def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str]) -> FilterVerdict:
+        """The member's one planned node; the reason on every other node. A planned node the
+        scheduler's own filters refused (absent from ``names``) is left out from now on and
+        the gang is unreserved, to be planned again at once."""
         if rec.phase not in HOLDING:
             failed = {n: rec.reason for n in names}
             return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
@@ -184,10 +199,9 @@ class GangBook:
             reason = verdicts.reserved_node(rec.key, slot.node, pod.key,
                                             verdicts.where_planned(self.state.topology, rec.placement))
             return FilterVerdict((slot.node,), {n: reason for n in names if n != slot.node})
-        rec.filter_failures += 1
-        reason = verdicts.node_failed_filter(slot.node, pod.key, rec.key, rec.filter_failures, filter_failures_before_replan)
-        if rec.filter_failures >= filter_failures_before_replan and rec.phase == Phase.PLANNED:
-            self.unreserve(rec, Event.RETRY, reason)
+        rec.refused[slot.node] = pod.key
+        reason = verdicts.node_refused(slot.node, pod.key, rec.key, sorted(rec.refused))
+        self.unreserve(rec, Event.RETRY, reason)
         return FilterVerdict((), {n: reason for n in names})
 
     # -- permit --------------------------------------------------------------------------------
@@ -231,6 +245,7 @@ class GangBook:
         if any(results.values()):
             return Compensate(tuple((k, members[k][0]) for k, error in results.items() if not error))
         rec.results = dict(results)
+        rec.refused.clear()
         rec.bound_at = now
         rec.bound_uids.update(uid for uid, _ in members.values())
         rec.reason = verdicts.gang_bound(gang, len(members))

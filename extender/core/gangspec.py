@@ -52,7 +52,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.tolerations) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -65,6 +65,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
+    problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
     spec = GangSpec(
         key=key,
         members=members,

@@ -26,13 +26,16 @@ class Level:
     prefix_of: str = ""
     """A derived level: its value is the part before the first ``.`` of this label's value
     (the ClusterUUID of ``<ClusterUUID>.<CliqueID>``). Empty: the value of label ``key``."""
+    missing: str = ""
+    """A placeholder value its labeler writes when it knows no domain; read as no label."""
 
     def value(self, labels: Mapping[str, str]) -> str | None:
-        """The node's domain at this level, None when the label is missing or empty."""
+        """The node's domain at this level, None when the label is missing, empty or ``missing``."""
         if self.prefix_of:
             raw = labels.get(self.prefix_of)
             return raw.split(".", 1)[0] if raw else None
-        return labels.get(self.key) or None
+        raw = labels.get(self.key)
+        return raw if raw and raw != self.missing else None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,14 @@ def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]
     )
 
 
+Resources = tuple[tuple[str, int], ...]
+"""Resource amounts other than GPUs, sorted by name: ``cpu`` in millicores, everything else
+(memory, ephemeral-storage, hugepages-*, pods, extended resources) in whole units."""
+
+PODS = "pods"
+"""Every pod takes one of a node's allocatable ``pods``."""
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """A node as placement sees it."""
@@ -94,6 +105,8 @@ class NodeFacts:
     unschedulable: bool = False
     ready: bool = True
     taints: tuple[Taint, ...] = ()
+    allocatable: Resources = ()
+    """Every other allocatable resource; one the node does not list is 0 (as kube-scheduler reads it)."""
 
     def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
         """The node's value at each level, broadest first; None where the label is missing."""
@@ -102,11 +115,47 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class PodUsage:
-    """A pod that holds GPUs on a node (assigned and not Succeeded/Failed)."""
+    """What a pod assigned to a node (and not Succeeded/Failed) takes of it."""
 
     uid: str
     node: str
     gpus: int
+    requests: Resources = ()
+    """Its other requests, the pod itself (``pods``: 1) included."""
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One node selector requirement (``matchExpressions`` or ``matchFields`` entry)."""
+
+    key: str
+    operator: str
+    """In, NotIn, Exists, DoesNotExist, Gt, Lt."""
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SelectorTerm:
+    """A ``nodeSelectorTerm``: every requirement holds (an empty term matches no node)."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+    """``matchFields``: only ``metadata.name`` is a field nodes have."""
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Where a pod may run, as kube-scheduler's NodeAffinity, TaintToleration and
+    NodeResourcesFit filters decide it (hashable: members with equal ones share a plan class)."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required: tuple[SelectorTerm, ...] | None = None
+    """Required node affinity: any term matches; None when the pod states none."""
+    preferred: tuple[tuple[int, SelectorTerm], ...] = ()
+    """(weight, term): breaks ties between otherwise equal choices."""
+    tolerations: tuple[Toleration, ...] = ()
+    requests: Resources = ((PODS, 1),)
+    """Non-GPU requests, the pod itself included."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +201,12 @@ class PodFacts:
     gpus: int = 0
     """The effective GPU request, as Kubernetes computes it."""
     rank: tuple[int, ...] | None = None
-    tolerations: tuple[Toleration, ...] = ()
     declarations: tuple[Declaration, ...] = ()
+    eligibility: Eligibility = Eligibility()
+    """Node selector, affinity, tolerations and non-GPU requests."""
+    problems: tuple[str, ...] = ()
+    """Values of the pod the translator could not read (a quantity, a selector): its gang is
+    not planned and these are the reason."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
 
@@ -166,10 +219,10 @@ class PodFacts:
 
     @property
     def usage(self) -> PodUsage | None:
-        """The GPUs the pod holds on its node, or None if it holds none."""
-        if not self.node or self.finished or self.gpus <= 0:
+        """What the pod takes of its node, or None while unassigned or finished."""
+        if not self.node or self.finished:
             return None
-        return PodUsage(self.uid or self.key, self.node, self.gpus)
+        return PodUsage(self.uid or self.key, self.node, self.gpus, self.eligibility.requests)
 
 
 @dataclass(frozen=True)
@@ -190,7 +243,7 @@ class Member:
     gpus: int
     rank: tuple[int, ...] | None = None
     """Position in the job (e.g. JobSet (job index, completion index)); consecutive ranks sit close."""
-    tolerations: tuple[Toleration, ...] = ()
+    eligibility: Eligibility = Eligibility()
 
 
 @dataclass(frozen=True)
@@ -210,17 +263,21 @@ class GangSpec:
     """The size is declared somewhere; False: the gang is the members seen, and may grow."""
 
     def demand(self) -> tuple[int, ...]:
-        """GPUs per slot the gang needs, largest first, padded to min_member.
+        """GPUs per slot the gang needs, largest first, padded to min_member."""
+        return tuple(sorted((gpus for gpus, _ in self.slots()), reverse=True))
 
-        Members not created yet are assumed to look like the most common GPU shape
-        among those seen (a gang's pods usually come from one template).
+    def slots(self) -> list[tuple[int, Eligibility]]:
+        """(GPUs, eligibility) per slot the gang needs, members first, padded to min_member.
+
+        Members not created yet are assumed to look like the most common member among those
+        seen (a gang's pods usually come from one template).
         """
-        sizes = sorted((m.gpus for m in self.members), reverse=True)
+        shapes = [(m.gpus, m.eligibility) for m in self.members]
         missing = self.min_member - len(self.members)
-        if missing > 0 and sizes:
-            counts: dict[int, int] = {}
-            for s in sizes:
-                counts[s] = counts.get(s, 0) + 1
-            common = max(counts, key=lambda s: (counts[s], s))
-            sizes = sorted(sizes + [common] * missing, reverse=True)
-        return tuple(sizes)
+        if missing > 0 and shapes:
+            counts: dict[tuple[int, Eligibility], int] = {}
+            for shape in shapes:
+                counts[shape] = counts.get(shape, 0) + 1
+            common = max(counts, key=lambda sh: (counts[sh], sh[0]))
+            shapes += [common] * missing
+        return shapes

@@ -2,32 +2,38 @@
 
 The algorithm, in one place:
 
-1. Every node gets ``avail`` = its free GPUs, or 0 when it is cordoned, not ready, or tainted
-   against the gang's tolerations. The gang's demand is a multiset of GPUs per pod (0-GPU
-   members ride along on the node of the lowest-ranked GPU member).
+1. The gang's GPU slots are grouped into classes of equal (GPUs, eligibility); 0-GPU members
+   ride along (step 5). For each class, every node gets ``cap`` = how many of its pods the node
+   holds alone: 0 when the node is cordoned, not ready, tainted against the class, does not
+   match its node selector or required affinity, was refused by kube-scheduler's own filters,
+   or lies outside the domain the gang must stay in (a replacement); else the fewest of free
+   GPUs // GPUs per pod and, per requested resource, free // request (``eligibility``).
 2. From the host level outward to the required level (or the whole cluster when nothing is
-   required), take the first level with a domain that holds every member. Among that level's
-   domains that do, pick the best fit: fewest GPUs left over, so large free domains stay whole
-   for large gangs. Holding every member is exact for one pod shape (sum of avail // size);
-   with several shapes it is first-fit-decreasing, exact when the shapes divide each other
-   (1, 2, 4, 8 GPUs).
+   required), take the first level with a domain that holds every slot. Among that level's
+   domains that do, pick the best fit: fewest GPUs left over (ties: the domain whose parent has
+   least free, then the most preferred-affinity weight), so large free domains stay whole for
+   large gangs. Holding every slot is exact for one class (sum of cap); with several it is
+   first-fit-decreasing, with GPUs and every requested resource shared on each node.
 3. Inside the chosen domain, recursively use the fewest child domains: if one child holds the
    rest, the best-fitting such child; otherwise the largest child, and again.
-4. Members sorted by rank index take the slots in depth-first order, so consecutive ranks are
-   topology neighbours.
+4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
+   ranks are topology neighbours.
+5. A 0-GPU member (a launcher) goes to the node of the lowest-ranked GPU member if it may run
+   there, else to the nearest node of the domain where it may.
 
 A gang that cannot be placed gets a ``NoPlacement`` carrying the numbers of its best domain at
-the level it is bound to; it holds nothing.
+the level it is bound to, and why the rest of it is unusable; it holds nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Sequence
+from typing import Collection, Sequence
 
-from extender.core.model import GangSpec, Member, Toleration, tolerates_all
-from extender.core.state import Slot, View
+from extender.core.eligibility import UNBOUNDED, label_mask, preference, room, short_of
+from extender.core.model import Eligibility, GangSpec, Member
+from extender.core.state import CORDONED, NOT_READY, Slot, View
 from extender.core.topology import Domain, Topology
 
 
@@ -44,11 +50,19 @@ class Placement:
 
 @dataclass(frozen=True)
 class Blockers:
-    """Why GPUs of a domain are not available to a gang, in numbers."""
+    """Why nodes of a domain are not available to a gang, in numbers."""
 
     cordoned: int = 0
     not_ready: int = 0
     tainted: int = 0
+    unmatched: int = 0
+    """Nodes whose labels do not match the pods' node selector or required affinity."""
+    refused: int = 0
+    """Nodes kube-scheduler's own filters refused for the gang's pods."""
+    outside: int = 0
+    """Nodes outside the domain a replacement must stay in."""
+    short: tuple[tuple[str, int], ...] = ()
+    """(resource, nodes) with GPUs for a pod but too little of that resource."""
     reserved_gpus: int = 0
     used_gpus: int = 0
 
@@ -64,9 +78,32 @@ class NoPlacement:
     """How many of the gang's pods the best domain could hold."""
     blockers: Blockers
     invalid: tuple[str, ...] = ()
+    within: Domain | None = None
+    """The domain a replacement had to stay in, if any."""
 
 
 PlanResult = Placement | NoPlacement
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What limits a plan beyond the gang's own request."""
+
+    refused: Collection[str] = frozenset()
+    """Nodes kube-scheduler's filters refused for this gang's pods (its verdict as evidence)."""
+    within: Domain | None = None
+    """Replacements: the domain the gang's running members occupy."""
+
+
+@dataclass
+class _Class:
+    gpus: int
+    eligibility: Eligibility
+    count: int
+    cap: list[int] = field(default_factory=list)
+    """Per node index, pods of this class the node holds alone."""
+    may: list[bool] = field(default_factory=list)
+    """Per node index, whether a pod of this class may run there at all (GPUs aside)."""
 
 
 def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
@@ -91,30 +128,29 @@ def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, lis
     return bound, preferred, problems
 
 
-def plan(gang: GangSpec, view: View) -> PlanResult:
+def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
     topo = view.topology
     bound, preferred, problems = resolve_levels(gang, topo)
     problems = [*gang.invalid, *problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
-    tolerations = _tolerations(gang.members)
-    gpu_sizes = [s for s in demand if s > 0]
-    if len(demand) == 1 and gpu_sizes and bound <= topo.depth:
-        node = _best_fit_node(view, gpu_sizes[0], tolerations)
+    classes = _classes(gang)
+    if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
+        node = _best_fit_node(view, classes[0], limits)
         if node is not None:
-            return _assign(gang, topo, {node: {gpu_sizes[0]: 1}}, preferred)
-    avail = _available(view, tolerations)
-    if not gpu_sizes:
-        eligible = [i for i in range(len(avail)) if _eligible(view, i, tolerations)]
-        if not eligible:
-            return _no_placement(gang, view, avail, demand, bound, tolerations)
-        return _assign(gang, topo, {eligible[0]: {}}, preferred)
-    classes = _classes(gpu_sizes)
-    total = sum(gpu_sizes)
+            return _assign(gang, view, {node: {0: 1}}, classes, preferred, ())
+    usable = _usable(view, limits)
+    if not classes:
+        return _zero_gpu_gang(gang, view, usable, bound, preferred)
+    for c in classes:
+        _caps(view, c, usable)
+    avail = _avail(view, classes)
+    total = sum(c.gpus * c.count for c in classes)
     free_prefix = [0, *accumulate(avail)]
-    first_size, first_count = classes[0]
-    slot_prefix = [0, *accumulate([a // first_size for a in avail])]
+    first = classes[0]
+    cap_prefix = [0, *accumulate(first.cap)]
+    pref = _preference_prefix(view, first.eligibility)
 
     for lvl in range(topo.depth, bound - 1, -1):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
@@ -124,20 +160,22 @@ def plan(gang: GangSpec, view: View) -> PlanResult:
         candidates = [
             (free - total, d, topo.domain(lvl, d))
             for d, free in enumerate(frees)
-            if free >= total and slot_prefix[ends[d]] - slot_prefix[starts[d]] >= first_count
+            if free >= total and cap_prefix[ends[d]] - cap_prefix[starts[d]] >= first.count
         ]
         candidates.sort(key=lambda c: (c[0], c[1]))
         if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
             # Equal fits: prefer the one whose parent (then grandparent...) has the least free,
-            # so the gang fills an already used branch and whole branches stay whole.
+            # so the gang fills an already used branch and whole branches stay whole; then the
+            # one whose nodes the pods prefer most (preferred node affinity).
             ties = [c for c in candidates if c[0] == candidates[0][0]]
-            ties.sort(key=lambda c: (_ancestor_free(topo, lvl, c[1], free_prefix), c[1]))
+            ties.sort(key=lambda c: (_ancestor_free(topo, lvl, c[1], free_prefix),
+                                     -(pref[c[2].end] - pref[c[2].start]), c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
-            if len(classes) == 1 or _ffd(avail, dom.start, dom.end, classes) is not None:
-                taken = _allocate(topo, avail, dom, classes)
-                return _assign(gang, topo, taken, preferred)
-    return _no_placement(gang, view, avail, demand, bound, tolerations)
+            if len(classes) == 1 or _ffd(view, classes, avail, dom.start, dom.end) is not None:
+                taken = _allocate(view, topo, avail, dom, classes)
+                return _assign(gang, view, taken, classes, preferred, usable)
+    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits)
 
 
 @dataclass(frozen=True)
@@ -149,11 +187,11 @@ class DomainFit:
     gpus: int
     """Allocatable GPUs of the domain."""
     available: int
-    """GPUs this gang could use: free on nodes that are schedulable and whose taints it tolerates."""
+    """GPUs this gang could use: free on nodes its pods may run on."""
     fits: int
     """How many of the gang's pods the domain holds (largest shapes first)."""
     blocked_nodes: int
-    """Nodes cordoned, not ready, or tainted against the gang."""
+    """Nodes the gang's pods may not run on (cordoned, not ready, tainted, selector, resources)."""
 
 
 def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
@@ -162,9 +200,11 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     """
     topo = view.topology
     bound, _, _ = resolve_levels(gang, topo)
-    tolerations = _tolerations(gang.members)
-    avail = _available(view, tolerations)
-    classes = _classes([s for s in gang.demand() if s > 0]) or [(1, 0)]
+    classes = _classes(gang) or [_Class(1, Eligibility(), 0)]
+    usable = _usable(view, Constraints())
+    for c in classes:
+        _caps(view, c, usable)
+    avail = _avail(view, classes)
     rows = []
     for d in range(topo.domain_count(bound)):
         dom = topo.domain(bound, d)
@@ -174,60 +214,103 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             nodes=len(span),
             gpus=sum(topo.nodes[i].gpus for i in span),
             available=sum(avail[i] for i in span),
-            fits=_fits(avail, dom, classes),
-            blocked_nodes=sum(1 for i in span if not _eligible(view, i, tolerations)),
+            fits=_fits(view, classes, avail, dom),
+            blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
         ))
     rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
     return bound, rows
 
 
+def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list[Domain]:
+    """Where a new round of a running gang (replacements) may go, nearest first: the narrowest
+    domain holding every running member, then each wider one up to the gang's required level
+    (never past it). Empty: nothing runs, or the running members share no domain."""
+    idx = [topo.index[n] for n in running if n in topo.index]
+    if not idx:
+        return []
+    bound = topo.level_index(gang.required) if gang.required else None
+    lvl = topo.common_level(idx)
+    if bound is not None and lvl < bound:
+        return []  # the running members already break the required level: nothing to keep
+    if lvl < 0:
+        return []
+    out = []
+    d = topo.node_domain[lvl][idx[0]]
+    while lvl >= (bound if bound is not None else 0):
+        out.append(topo.domain(lvl, d))
+        if lvl == 0:
+            break
+        d, lvl = topo.parent[lvl][d], lvl - 1
+    return out
+
+
 # -- building blocks ------------------------------------------------------------------------
 
 
-def _tolerations(members: Sequence[Member]) -> tuple[Toleration, ...]:
-    """Members of a gang come from one template; the GPU members' tolerations all must hold."""
-    gpu = [m for m in members if m.gpus > 0] or list(members)
-    if not gpu:
-        return ()
-    common = set(gpu[0].tolerations)
-    for m in gpu[1:]:
-        common &= set(m.tolerations)
-    return tuple(sorted(common, key=repr))
+def _classes(gang: GangSpec) -> list[_Class]:
+    """GPU slots grouped by (GPUs, eligibility), largest pods first."""
+    counts: dict[tuple[int, Eligibility], int] = {}
+    for gpus, e in gang.slots():
+        if gpus > 0:
+            counts[(gpus, e)] = counts.get((gpus, e), 0) + 1
+    return [_Class(g, e, n) for (g, e), n in sorted(counts.items(), key=lambda kv: -kv[0][0])]
 
 
-def _eligible(view: View, i: int, tolerations: tuple[Toleration, ...]) -> bool:
-    if view.blocked[i] is not None:
-        return False
-    taints = view.taints.get(i)
-    return not taints or tolerates_all(tolerations, taints)
+def _usable(view: View, limits: Constraints) -> list[bool]:
+    """Per node: takes placements at all (not blocked, not refused, inside the replacement domain)."""
+    topo = view.topology
+    usable = [b is None for b in view.blocked]
+    for name in limits.refused:
+        i = topo.index.get(name)
+        if i is not None:
+            usable[i] = False
+    if limits.within is not None and limits.within.level >= 0:
+        w = limits.within
+        usable = [u and w.start <= i < w.end for i, u in enumerate(usable)]
+    return usable
 
 
-def _available(view: View, tolerations: tuple[Toleration, ...]) -> list[int]:
-    avail = [f if f > 0 else 0 for f in view.free]
-    for i, why in enumerate(view.blocked):
-        if why is not None:
-            avail[i] = 0
-    for i, taints in view.taints.items():
-        if not tolerates_all(tolerations, taints):
-            avail[i] = 0
-    return avail
+def _caps(view: View, c: _Class, usable: Sequence[bool]) -> None:
+    """Fill c.may (labels, taints, usable, one pod's other resources) and c.cap per node."""
+    mask = label_mask(view, c.eligibility)
+    requests = c.eligibility.requests
+    g = c.gpus
+    free, alloc, taken = view.free, view.allocatable, view.taken
+    rooms = [room(requests, alloc[i], taken[i]) if usable[i] and mask[i] else 0 for i in range(len(free))]
+    c.may = [r > 0 for r in rooms]
+    c.cap = [min(free[i] // g, r) if r and free[i] >= g else 0 for i, r in enumerate(rooms)]
 
 
-def _best_fit_node(view: View, size: int, tolerations: tuple[Toleration, ...]) -> int | None:
-    for free in sorted(f for f in view.by_free if f >= size):
-        for i in view.by_free[free]:
-            taints = view.taints.get(i)
-            if not taints or tolerates_all(tolerations, taints):
-                return i
+def _avail(view: View, classes: list[_Class]) -> list[int]:
+    """Free GPUs on each node some pod of the gang may run on (0 elsewhere)."""
+    return [f if f > 0 and any(c.may[i] for c in classes) else 0 for i, f in enumerate(view.free)]
+
+
+def _preference_prefix(view: View, e: Eligibility) -> list[int]:
+    if not e.preferred:
+        return [0] * (len(view.free) + 1)
+    return [0, *accumulate(preference(e, n) for n in view.topology.nodes)]
+
+
+def _best_fit_node(view: View, c: _Class, limits: Constraints) -> int | None:
+    """The node with the fewest free GPUs that holds the pod; ties: the most preferred.
+    Walks the free-GPU buckets (unblocked nodes only), so it costs the nodes it looks at."""
+    mask = label_mask(view, c.eligibility)
+    requests, alloc, taken, names = c.eligibility.requests, view.allocatable, view.taken, view.topology.names
+    w = limits.within if limits.within is not None and limits.within.level >= 0 else None
+
+    def ok(i: int) -> bool:
+        return (mask[i] and (w is None or w.start <= i < w.end) and names[i] not in limits.refused
+                and room(requests, alloc[i], taken[i]) > 0)
+
+    for free in sorted(f for f in view.by_free if f >= c.gpus):
+        fitting = [i for i in view.by_free[free] if ok(i)]
+        if fitting:
+            if c.eligibility.preferred:
+                nodes = view.topology.nodes
+                return max(fitting, key=lambda i: (preference(c.eligibility, nodes[i]), -i))
+            return min(fitting)
     return None
-
-
-def _classes(sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """[(GPUs per pod, pods)], largest pods first."""
-    counts: dict[int, int] = {}
-    for s in sizes:
-        counts[s] = counts.get(s, 0) + 1
-    return sorted(counts.items(), reverse=True)
 
 
 def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> tuple[int, ...]:
@@ -240,44 +323,67 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-def _ffd(avail: list[int], start: int, end: int, classes: list[tuple[int, int]]) -> dict[int, dict[int, int]] | None:
-    """First-fit decreasing over nodes [start, end): {node: {size: pods}}, or None."""
-    left = avail[start:end]
+class _Left:
+    """What a plan has left on each node of a range: GPUs and every requested resource."""
+
+    def __init__(self, view: View, avail: list[int]) -> None:
+        self.view = view
+        self.gpus = list(avail)
+        self.used: dict[int, dict[str, int]] = {}
+
+    def cap(self, c: _Class, i: int) -> int:
+        if not c.cap[i]:
+            return 0
+        taken = self.view.taken[i]
+        extra = self.used.get(i)
+        if extra:
+            taken = {k: taken.get(k, 0) + extra.get(k, 0) for k in {*taken, *extra}}
+        return min(self.gpus[i] // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
+
+    def take(self, c: _Class, i: int, n: int) -> None:
+        self.gpus[i] -= n * c.gpus
+        extra = self.used.setdefault(i, {})
+        for name, amount in c.eligibility.requests:
+            extra[name] = extra.get(name, 0) + n * amount
+
+
+def _ffd(view: View, classes: list[_Class], avail: list[int], start: int, end: int) -> dict[int, dict[int, int]] | None:
+    """First-fit decreasing over nodes [start, end): {node: {class index: pods}}, or None."""
+    left = _Left(view, avail)
     taken: dict[int, dict[int, int]] = {}
-    for size, count in classes:
-        for j in range(len(left)):
+    for k, c in enumerate(classes):
+        count = c.count
+        for j in range(start, end):
             if count == 0:
                 break
-            n = min(count, left[j] // size)
+            n = min(count, left.cap(c, j))
             if n:
-                left[j] -= n * size
+                left.take(c, j, n)
                 count -= n
-                taken.setdefault(start + j, {})[size] = n
+                taken.setdefault(j, {})[k] = n
         if count:
             return None
     return taken
 
 
-def _allocate(topo: Topology, avail: list[int], dom: Domain, classes: list[tuple[int, int]]) -> dict[int, dict[int, int]]:
+def _allocate(view: View, topo: Topology, avail: list[int], dom: Domain,
+              classes: list[_Class]) -> dict[int, dict[int, int]]:
     """Place every class inside dom using the fewest child domains; FFD if that fails."""
-    left = list(avail)
+    left = _Left(view, avail)
     taken: dict[int, dict[int, int]] = {}
-    for size, count in classes:
-        slot_prefix = _prefix_over(left, dom, lambda a: a // size)
-        free_prefix = _prefix_over(left, dom, lambda a: a)
+    for k, c in enumerate(classes):
+        caps = [left.cap(c, i) for i in range(dom.start, dom.end)] if k else c.cap[dom.start:dom.end]
+        slot_prefix = [0, *accumulate(caps)]
+        free_prefix = [0, *accumulate(left.gpus[dom.start:dom.end])]
         got: list[tuple[int, int]] = []
-        if not _fewest_children(topo, dom.level, dom.index, count, size, slot_prefix, free_prefix, dom.start, got):
-            ffd = _ffd(avail, dom.start, dom.end, classes)
+        if not _fewest_children(topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):
+            ffd = _ffd(view, classes, avail, dom.start, dom.end)
             assert ffd is not None, "domain was checked to hold the gang"
             return ffd
         for node, n in got:
-            left[node] -= n * size
-            taken.setdefault(node, {})[size] = taken.get(node, {}).get(size, 0) + n
+            left.take(c, node, n)
+            taken.setdefault(node, {})[k] = taken.get(node, {}).get(k, 0) + n
     return taken
-
-
-def _prefix_over(values: list[int], dom: Domain, f) -> list[int]:
-    return [0, *accumulate([f(v) for v in values[dom.start:dom.end]])]
 
 
 def _fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
@@ -307,29 +413,36 @@ def _fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
     return remaining == 0
 
 
-def _assign(gang: GangSpec, topo: Topology, taken: dict[int, dict[int, int]], preferred: int | None) -> Placement:
-    """Give slots to members: per pod shape, by rank, in depth-first (node index) order."""
-    by_size: dict[int, list[int]] = {}
+def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classes: list[_Class],
+            preferred: int | None, usable: Sequence[bool]) -> PlanResult:
+    """Give slots to members: per class, by rank, in depth-first (node index) order."""
+    topo = view.topology
+    by_class: dict[int, list[int]] = {}
     for node in sorted(taken):
-        for size, n in taken[node].items():
-            by_size.setdefault(size, []).extend([node] * n)
+        for k, n in taken[node].items():
+            by_class.setdefault(k, []).extend([node] * n)
+    index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
     members = sorted(gang.members, key=lambda m: (m.rank is None, m.rank or (), m.key))
     slots: list[tuple[int, Slot]] = []
     zero: list[Member] = []
-    missing = 0
     for m in members:
         if m.gpus == 0:
             zero.append(m)
             continue
-        node = by_size[m.gpus].pop(0)
-        slots.append((node, Slot(m.key, topo.names[node], m.gpus)))
-    for size, nodes in sorted(by_size.items(), reverse=True):  # members not created yet
+        node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
+        slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+    missing = 0
+    for k, nodes in sorted(by_class.items()):  # members not created yet
         for node in nodes:
             missing += 1
-            slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], size)))
+            slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
+                                     classes[k].eligibility.requests)))
     anchor = min((n for n, _ in slots), default=min(taken) if taken else 0)
     for m in zero:
-        slots.append((anchor, Slot(m.key, topo.names[anchor], 0)))
+        node = _launcher_node(view, m, anchor, usable)
+        if node is None:
+            return _no_launcher_node(gang, view, m, usable)
+        slots.append((node, Slot(m.key, topo.names[node], 0, m.eligibility.requests)))
     nodes = [n for n, _ in slots] or [anchor]
     level = topo.common_level(nodes)
     domain = topo.domain(level, topo.node_domain[level][nodes[0]]) if level >= 0 else topo.domain(-1, 0)
@@ -337,42 +450,112 @@ def _assign(gang: GangSpec, topo: Topology, taken: dict[int, dict[int, int]], pr
     return Placement(gang.key, tuple(s for _, s in slots), level, domain, met)
 
 
-def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...],
-                  bound: int, tolerations: tuple[Toleration, ...]) -> NoPlacement:
+def _launcher_node(view: View, m: Member, anchor: int, usable: Sequence[bool]) -> int | None:
+    """The anchor if the member may run there, else the node nearest to it where it may."""
+    if not view.free:
+        return None
+    mask = label_mask(view, m.eligibility)
+    requests = m.eligibility.requests
+
+    def ok(i: int) -> bool:
+        return usable[i] and mask[i] and room(requests, view.allocatable[i], view.taken[i]) > 0
+
+    if anchor < len(view.free) and ok(anchor):
+        return anchor
+    fitting = [i for i in range(len(view.free)) if ok(i)]
+    return min(fitting, key=lambda i: (abs(i - anchor), i)) if fitting else None
+
+
+def _zero_gpu_gang(gang: GangSpec, view: View, usable: Sequence[bool], bound: int,
+                   preferred: int | None) -> PlanResult:
+    first = gang.members[0] if gang.members else None
+    if first is None:
+        return NoPlacement(gang.key, (), bound, None, 0, Blockers())
+    node = _launcher_node(view, first, 0, usable)
+    if node is None:
+        return _no_launcher_node(gang, view, first, usable)
+    return _assign(gang, view, {node: {}}, [], preferred, usable)
+
+
+def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bool]) -> NoPlacement:
+    if not view.free:
+        return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
+    c = _Class(0, m.eligibility, 1)
+    blockers = _blockers(view, [c], range(len(view.free)), usable, Constraints(), gpu_check=False)
+    return NoPlacement(gang.key, gang.demand(), -1, view.topology.domain(-1, 0), 0, blockers)
+
+
+def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
+                  classes: list[_Class], usable: Sequence[bool], limits: Constraints) -> NoPlacement:
     topo = view.topology
-    classes = _classes([s for s in demand if s > 0]) or [(1, 0)]
     best, fits = None, -1
-    for d in range(topo.domain_count(bound)):
-        dom = topo.domain(bound, d)
-        n = _fits(avail, dom, classes)
+    if limits.within is not None and limits.within.level >= 0:
+        domains = [limits.within]
+    else:
+        domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
+    for dom in domains:
+        n = _fits(view, classes, avail, dom)
         if n > fits:
             best, fits = dom, n
     if best is None:
-        return NoPlacement(gang.key, demand, bound, None, 0, Blockers())
-    blockers = Blockers(
-        cordoned=sum(1 for i in range(best.start, best.end) if view.blocked[i] == "cordoned"),
-        not_ready=sum(1 for i in range(best.start, best.end) if view.blocked[i] == "not ready"),
-        tainted=sum(1 for i in range(best.start, best.end)
-                    if view.blocked[i] is None and i in view.taints
-                    and not tolerates_all(tolerations, view.taints[i])),
-        reserved_gpus=sum(view.reserved[best.start:best.end]),
-        used_gpus=sum(topo.nodes[i].gpus for i in range(best.start, best.end))
-        - sum(max(f, 0) for f in view.free[best.start:best.end])
-        - sum(view.reserved[best.start:best.end]),
+        return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within)
+    blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
+    return NoPlacement(gang.key, demand, bound, best, fits, blockers, within=limits.within)
+
+
+def _blockers(view: View, classes: list[_Class], span: range, usable: Sequence[bool], limits: Constraints,
+              gpu_check: bool = True) -> Blockers:
+    """Why the nodes of ``span`` do not hold more of the gang, each node counted once."""
+    topo = view.topology
+    c = classes[0]
+    mask = label_mask(view, c.eligibility)
+    bare = label_mask(view, c.eligibility, taints=False)
+    refused = set(limits.refused)
+    counts = {"cordoned": 0, "not_ready": 0, "tainted": 0, "unmatched": 0, "refused": 0, "outside": 0}
+    short: dict[str, int] = {}
+    w = limits.within
+    for i in span:
+        if view.blocked[i] == CORDONED:
+            counts["cordoned"] += 1
+        elif view.blocked[i] == NOT_READY:
+            counts["not_ready"] += 1
+        elif w is not None and w.level >= 0 and not w.start <= i < w.end:
+            counts["outside"] += 1
+        elif topo.names[i] in refused:
+            counts["refused"] += 1
+        elif not bare[i]:
+            counts["unmatched"] += 1
+        elif not mask[i]:
+            counts["tainted"] += 1
+        elif not gpu_check or view.free[i] >= c.gpus:
+            lacking = short_of(c.eligibility.requests, view.allocatable[i], view.taken[i])
+            if lacking is not None:
+                short[lacking] = short.get(lacking, 0) + 1
+    reserved = sum(view.reserved[i] for i in span)
+    return Blockers(
+        **counts,
+        short=tuple(sorted(short.items())),
+        reserved_gpus=reserved,
+        used_gpus=sum(topo.nodes[i].gpus for i in span) - sum(max(view.free[i], 0) for i in span) - reserved,
     )
-    return NoPlacement(gang.key, demand, bound, best, fits, blockers)
 
 
-def _fits(avail: list[int], dom: Domain, classes: list[tuple[int, int]]) -> int:
+def _fits(view: View, classes: list[_Class], avail: list[int], dom: Domain) -> int:
     """How many pods of the gang fit in dom, largest shapes first."""
-    left = avail[dom.start:dom.end]
+    left = _Left(view, avail)
     placed = 0
-    for size, count in classes:
-        for j in range(len(left)):
+    for c in classes:
+        count = c.count
+        for j in range(dom.start, dom.end):
             if count == 0:
                 break
-            n = min(count, left[j] // size)
-            left[j] -= n * size
-            count -= n
-            placed += n
+            n = min(count, left.cap(c, j))
+            if n:
+                left.take(c, j, n)
+                count -= n
+                placed += n
     return placed
+
+
+__all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
+           "domain_fits", "home_domains", "plan", "resolve_levels"]

@@ -98,6 +98,10 @@ class PodIndex:
     def bound_uids(self, gang: str) -> set[str]:
         return self._bound_by_gang.get(gang, set())
 
+    def bound_pods(self, gang: str) -> list[PodFacts]:
+        """The gang's members running on nodes (as the watch shows them)."""
+        return [self._bound[uid] for uid in sorted(self._bound_by_gang.get(gang, ()))]
+
     def bound_gang_of(self, uid: str) -> str | None:
         pod = self._bound.get(uid)
         return pod.gang.key if pod else None

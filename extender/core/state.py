@@ -3,8 +3,9 @@
 One pod or node change updates a counter in O(1); only a change to the node set or to a node's
 topology path starts a new ``Topology`` generation (built lazily, on the next read).
 
-free[i] = allocatable - requests of pods on the node that are not Succeeded/Failed
-          - GPUs reserved for planned gangs on the node
+free[i]  = allocatable GPUs - GPU requests of pods on the node that are not Succeeded/Failed
+           - GPUs reserved for planned gangs on the node
+taken[i] = the same for every other resource (cpu, memory, pods, ...), as a mapping
 
 Not thread-safe: the service serialises access.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from extender.core.model import Level, NodeFacts, PodUsage, Taint
+from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
 from extender.core.topology import Topology
 
 CORDONED = "cordoned"
@@ -28,6 +29,8 @@ class Slot:
     member: str
     node: str
     gpus: int
+    requests: Resources = ()
+    """The member's other requests, reserved with its GPUs."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,14 @@ class View:
     """GPUs reserved for gangs, per node index (already subtracted from ``free``)."""
     by_free: Mapping[int, set[int]]
     """Unblocked node indexes grouped by free GPUs, for best-fit single-pod placement."""
+    allocatable: list[Mapping[str, int]]
+    """Per node index, the allocatable amount of every other resource."""
+    taken: list[Mapping[str, int]]
+    """Per node index, how much of each other resource pods and reservations take."""
+    labels_generation: int
+    """Changes whenever any node's labels, taints or the node set change (eligibility caches)."""
+    masks: dict
+    """Eligibility masks by (labels_generation, selector...): memo of ``eligibility.label_mask``."""
 
 
 class ClusterState:
@@ -71,12 +82,17 @@ class ClusterState:
         self._reserved_by_member: dict[str, tuple[str, Slot]] = {}
         self._reserved: dict[str, int] = {}
         self._topology: Topology | None = None
+        self._taken: dict[str, dict[str, int]] = {}
+        self._labels_generation = 0
+        self._masks: dict = {}
         # Per-generation counter arrays, valid when self._topology is not None.
         self._free: list[int] = []
         self._blocked: list[str | None] = []
         self._taints: dict[int, tuple[Taint, ...]] = {}
         self._reserved_arr: list[int] = []
         self._by_free: dict[int, set[int]] = {}
+        self._alloc_arr: list[Mapping[str, int]] = []
+        self._taken_arr: list[Mapping[str, int]] = []
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -93,6 +109,7 @@ class ClusterState:
         """Replace every node (a relist)."""
         self._nodes = {n.name: n for n in nodes}
         self._topology = None
+        self._labels_generation += 1
 
     def nodes(self) -> list[NodeFacts]:
         return list(self._nodes.values())
@@ -100,6 +117,8 @@ class ClusterState:
     def upsert_node(self, node: NodeFacts) -> None:
         old = self._nodes.get(node.name)
         self._nodes[node.name] = node
+        if old is None or old.labels != node.labels or old.taints != node.taints:
+            self._labels_generation += 1
         if old is None or self._topology is None or old.path(self._levels) != node.path(self._levels):
             self._topology = None  # new generation
             return
@@ -109,6 +128,7 @@ class ClusterState:
     def delete_node(self, name: str) -> None:
         if self._nodes.pop(name, None) is not None:
             self._topology = None
+            self._labels_generation += 1
 
     def node(self, name: str) -> NodeFacts | None:
         return self._nodes.get(name)
@@ -126,8 +146,10 @@ class ClusterState:
             return
         if old is not None:
             self._add_used(old.node, -old.gpus)
+            self._add_taken(old.node, old.requests, -1)
         self._pods[usage.uid] = usage
         self._add_used(usage.node, usage.gpus)
+        self._add_taken(usage.node, usage.requests, 1)
         if member_key is not None:
             held = self._reserved_by_member.get(member_key)
             if held is not None and held[1].node == usage.node:
@@ -137,6 +159,7 @@ class ClusterState:
         old = self._pods.pop(uid, None)
         if old is not None:
             self._add_used(old.node, -old.gpus)
+            self._add_taken(old.node, old.requests, -1)
 
     def drop_slot(self, member_key: str) -> None:
         """The member is gone: the slot it held (if any) is free again."""
@@ -170,6 +193,7 @@ class ClusterState:
         for slot in reservation.slots:
             self._reserved_by_member[slot.member] = (reservation.gang, slot)
             self._add_reserved(slot.node, slot.gpus)
+            self._add_taken(slot.node, slot.requests, 1)
 
     def release(self, gang: str) -> Reservation | None:
         """Give back every GPU still held for the gang."""
@@ -180,6 +204,7 @@ class ClusterState:
             if self._reserved_by_member.get(slot.member, (None,))[0] == gang:
                 del self._reserved_by_member[slot.member]
                 self._add_reserved(slot.node, -slot.gpus)
+                self._add_taken(slot.node, slot.requests, -1)
         return res
 
     def reservation(self, gang: str) -> Reservation | None:
@@ -194,10 +219,10 @@ class ClusterState:
 
     def rename_slot(self, gang: str, old: str, new: str) -> None:
         res = self._reservations[gang]
-        slots = tuple(Slot(new, s.node, s.gpus) if s.member == old else s for s in res.slots)
-        self._reservations[gang] = Reservation(gang, slots, res.deadline)
+        slots = tuple(Slot(new, s.node, s.gpus, s.requests) if s.member == old else s for s in res.slots)
+        self._reservations[gang] = Reservation(gang, slots, res.deadline, res.bound)
         _, slot = self._reserved_by_member.pop(old)
-        self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus))
+        self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus, slot.requests))
 
     def expired(self, now: float) -> list[str]:
         return [g for g, r in self._reservations.items() if r.deadline <= now and not r.bound]
@@ -205,6 +230,7 @@ class ClusterState:
     def _drop_slot(self, member_key: str) -> None:
         gang, slot = self._reserved_by_member.pop(member_key)
         self._add_reserved(slot.node, -slot.gpus)
+        self._add_taken(slot.node, slot.requests, -1)
         res = self._reservations[gang]
         rest = tuple(s for s in res.slots if s.member != member_key)
         if rest:
@@ -223,13 +249,18 @@ class ClusterState:
 
     def view(self) -> View:
         topo = self.topology
-        return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free)
+        return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
+                    self._alloc_arr, self._taken_arr, self._labels_generation, self._masks)
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
         if n is None:
             return 0
         return n.gpus - self._used.get(node, 0) - self._reserved.get(node, 0)
+
+    def taken(self, node: str) -> Mapping[str, int]:
+        """How much of every non-GPU resource pods and reservations take on the node."""
+        return self._taken.get(node, {})
 
     def _rebuild(self) -> None:
         topo = Topology(self._levels, list(self._nodes.values()))
@@ -240,6 +271,8 @@ class ClusterState:
         self._reserved_arr = [0] * size
         self._taints = {}
         self._by_free = {}
+        self._alloc_arr = [{}] * size
+        self._taken_arr = [self._taken.setdefault(name, {}) for name in topo.names]
         for i, node in enumerate(topo.nodes):
             self._reserved_arr[i] = self._reserved.get(node.name, 0)
             self._refresh_node(i, self._nodes[node.name])
@@ -254,7 +287,15 @@ class ClusterState:
         self._index_out(i)
         self._blocked[i] = blocked
         self._free[i] = node.gpus - self._used.get(node.name, 0) - self._reserved.get(node.name, 0)
+        self._alloc_arr[i] = dict(node.allocatable)
         self._index_in(i)
+
+    def _add_taken(self, node: str, requests: Resources, sign: int) -> None:
+        if not requests:
+            return
+        taken = self._taken.setdefault(node, {})  # the same dict the view's list holds
+        for name, amount in requests:
+            taken[name] = taken.get(name, 0) + sign * amount
 
     def _add_used(self, node: str, delta: int) -> None:
         self._used[node] = self._used.get(node, 0) + delta

@@ -44,28 +44,39 @@ def level_word(topo: Topology, lvl: int) -> str:
     return level.name or level.key.rsplit("/", 1)[-1]
 
 
+def _nodes(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
 def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     if np.invalid:
         return f"gang {np.gang}: " + "; ".join(np.invalid)
     need = f"gang {np.gang} needs {describe_demand(np.demand)}"
-    if np.bound_level >= 0:
+    if np.within is not None and np.within.level >= 0:
+        need += (f" within {level_word(topo, np.within.level)} {format_path(np.within.path)}, "
+                 f"where its running members are")
+    elif np.bound_level >= 0:
         need += f" within one {topo.level_key(np.bound_level)}"
     if np.best is None:
         return f"{need}; the cluster has no nodes"
     b = np.blockers
     why = []
-    if b.cordoned:
-        why.append(f"{b.cordoned} node{'s' if b.cordoned != 1 else ''} cordoned")
-    if b.not_ready:
-        why.append(f"{b.not_ready} node{'s' if b.not_ready != 1 else ''} not ready")
-    if b.tainted:
-        why.append(f"{b.tainted} node{'s' if b.tainted != 1 else ''} tainted")
+    for count, what in ((b.cordoned, "cordoned"), (b.not_ready, "not ready"), (b.outside, "outside that domain"),
+                        (b.refused, "refused by kube-scheduler's filters"),
+                        (b.unmatched, "not matching the pods' node selector or affinity"), (b.tainted, "tainted")):
+        if count:
+            why.append(f"{_nodes(count)} {what}")
+    why += [f"{_nodes(n)} short of {resource}" for resource, n in b.short]
     if b.reserved_gpus:
         why.append(f"{b.reserved_gpus} GPUs reserved for other gangs")
     if b.used_gpus:
         why.append(f"{b.used_gpus} GPUs in use")
-    where = (f"best {level_word(topo, np.bound_level)} {format_path(np.best.path)}"
-             if np.bound_level >= 0 else "the cluster")
+    if np.within is not None and np.within.level >= 0:
+        where = "that domain"
+    elif np.bound_level >= 0:
+        where = f"best {level_word(topo, np.bound_level)} {format_path(np.best.path)}"
+    else:
+        where = "the cluster"
     text = f"{need}; {where} fits {np.fits}"
     return text + (f" ({', '.join(why)})" if why else "")
 
@@ -104,9 +115,10 @@ def one_too_many(gang: str, min_member: int, member: str) -> str:
             f"pod {member} is one too many (set railyard.io/min-member)")
 
 
-def node_failed_filter(node: str, member: str, gang: str, times: int, limit: int) -> str:
-    return (f"node {node} planned for {member} (gang {gang}) was rejected by kube-scheduler's "
-            f"own filters ({times}/{limit} before planning again)")
+def node_refused(node: str, member: str, gang: str, refused: list[str]) -> str:
+    shown = ", ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")
+    return (f"node {node} planned for {member} (gang {gang}) was rejected by kube-scheduler's own filters; "
+            f"planning again without {len(refused)} refused node{'s' if len(refused) != 1 else ''} ({shown})")
 
 
 def still_listing(missing: list[str], gang: str) -> str:

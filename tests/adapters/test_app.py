@@ -63,15 +63,15 @@ def test_flags_override_the_file_and_every_problem_is_reported(tmp_path):
                               "server.max_in_flight must be positive")
 
 
-def test_a_renamed_setting_keeps_its_old_spelling_with_a_warning(tmp_path, caplog):
+def test_a_retired_setting_is_accepted_and_ignored_with_a_warning(tmp_path, caplog):
     path = tmp_path / "railyard.yaml"
-    path.write_text("gangs: {steer_misses_before_replan: 5}\n")
+    path.write_text("gangs: {steer_misses_before_replan: 5, filter_failures_before_replan: 2}\n")
     with caplog.at_level("WARNING", logger="railyard"):
         s = app.load_settings(str(path), {})
-    assert s.gangs.filter_failures_before_replan == 5
-    assert ("setting gangs.steer_misses_before_replan is deprecated; use gangs.filter_failures_before_replan"
-            in caplog.text)
-    assert from_mapping({"gangs": {"filter_failures_before_replan": 2}})[0].gangs.filter_failures_before_replan == 2
+    assert s == Settings()
+    assert ("setting gangs.steer_misses_before_replan has no effect any more and is ignored: a planned node "
+            "kube-scheduler's filters refuse is now left out and the gang planned again at once") in caplog.text
+    assert "setting gangs.filter_failures_before_replan has no effect any more" in caplog.text
 
 
 def get(address, path, body=None):

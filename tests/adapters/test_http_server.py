@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
+import logging
+import zlib
 import socket
 import threading
 import time
@@ -12,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.adapters.http.server import ExtenderServer
+from extender.adapters.http.server import MAX_ERROR_CHARS, ExtenderServer
 from extender.adapters.metrics import Metrics
 from extender.core.errors import RailyardError
 from extender.core.verdicts import FilterVerdict
@@ -148,6 +151,63 @@ def test_oversized_chunked_body_is_400(served):
     resp = conn.getresponse()
     reply = json.loads(resp.read())
     assert resp.status == 400 and reply["Error"] == f"bad filter request: body is over the {256 << 10}-byte limit"
+
+
+def post_encoded(server, verb, body, encoding):
+    conn = http.client.HTTPConnection(*server.address, timeout=5)
+    conn.request("POST", f"/scheduler/{verb}", body, {"Content-Type": "application/json",
+                                                      "Content-Encoding": encoding})
+    resp = conn.getresponse()
+    reply = json.loads(resp.read())
+    conn.close()
+    return resp.status, reply
+
+
+GZIP_ARGS = gzip.compress(FILTER_ARGS)
+
+
+@pytest.mark.parametrize("body, encoding, message", [
+    (b"garbage, not gzip", "gzip", "body does not decode as Content-Encoding 'gzip': "
+                                   "Error -3 while decompressing data: incorrect header check"),
+    (GZIP_ARGS[:30], "gzip", "body ends before its gzip data does (30 bytes sent)"),
+    (GZIP_ARGS + b"garbage", "gzip", "body does not decode as Content-Encoding 'gzip': "
+                                     "Error -3 while decompressing data: incorrect header check"),
+    (b"", "gzip", "body ends before its gzip data does (0 bytes sent)"),
+    (b"garbage", "deflate", "body does not decode as Content-Encoding 'deflate': "
+                            "Error -3 while decompressing data: incorrect header check"),
+    (zlib.compress(FILTER_ARGS) + b"x", "deflate", "body has 1 bytes after its deflate data"),
+    (b"garbage", "br", "body has Content-Encoding 'br'; railyard reads gzip, deflate or none"),
+    (FILTER_ARGS, "gzip, gzip", "body has Content-Encoding 'gzip, gzip'; railyard reads gzip, deflate or none"),
+    (gzip.compress(b" " * (300 << 10)), "gzip", f"body is over the {256 << 10}-byte limit once decompressed (gzip)"),
+], ids=["not-gzip", "truncated", "trailing-garbage", "empty", "not-deflate", "after-deflate", "br", "twice", "bomb"])
+def test_a_body_its_content_encoding_does_not_decode_is_400(served, caplog, body, encoding, message):
+    # A bad gzip body used to be a 500 (aiohttp's decoding error reached the handler as an
+    # internal error), with two tracebacks logged.
+    caplog.set_level(logging.DEBUG)
+    status, reply = post_encoded(served[0], "filter", body, encoding)
+    assert (status, reply["Error"]) == (400, f"bad filter request: {message}")
+    assert [r for r in caplog.records if r.exc_info] == [] and "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("body, encoding", [
+    (GZIP_ARGS, "gzip"), (GZIP_ARGS, "x-gzip"), (GZIP_ARGS, " GZIP "), (zlib.compress(FILTER_ARGS), "deflate"),
+    (FILTER_ARGS, "identity"), (gzip.compress(FILTER_ARGS[:100]) + gzip.compress(FILTER_ARGS[100:]), "gzip"),
+], ids=["gzip", "x-gzip", "spaced-upper", "deflate", "identity", "two-members"])
+def test_gzip_and_deflate_bodies_are_read(served, body, encoding):
+    status, reply = post_encoded(served[0], "filter", body, encoding)
+    assert status == 200 and reply["NodeNames"] == ["gpu-001", "gpu-002", "gpu-003"]
+
+
+def test_errors_quoting_huge_input_are_cut(served):
+    node = "n" * 200_000
+    body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {node: 5}})
+    status, reply = post(served[0], "preempt", body)
+    assert status == 400 and len(reply["Error"]) == MAX_ERROR_CHARS
+    assert reply["Error"].startswith("bad preempt request: ExtenderPreemptionArgs.NodeNameToMetaVictims['nnnn")
+    said = reply["Error"].rsplit("... (", 1)[1]
+    assert said.endswith(" characters in all)") and int(said.split()[0]) > len(node)
+    status, reply = post(served[0], "v" * 5000, FILTER_ARGS)
+    assert status == 404 and reply["Error"].startswith(f"unknown extender verb '{'v' * 40}'... (5000 characters);")
 
 
 def test_unknown_verb_is_404(served):

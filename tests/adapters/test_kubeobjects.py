@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,90 +24,227 @@ def load(nodes: list[dict], pods: list[dict] = ()) -> Cluster:
     nodes = facts(nodes)
     return Cluster.load(nodes, ko.detect_levels(nodes), [TRANSLATE.pod(p) for p in pods])
 
-DRAWING = """
-block b1
-  rack r1
-    nvl n1: h1 h2
-    nvl n2: h3 h4
-  rack r2
-    nvl n1: h5 h6
-"""
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "labels"
+T = "network.topology.nvidia.com/"
+V1 = "fabric.topograph.run/tier-"
+OCI = "oci.oraclecloud.com/rdma."
+REQ = "railyard.io/required-topology"
+
+# The switch tree of Topograph's labeler_test.go TestApplyNodeLabelsWithBlock (every tag), written
+# out from the test's data: IB2 > S1 > {S2: 104-106, S3: 201, 202, 205}; IB1 > S4 > {S5: 301-303, S6: 401-403}.
+SPINE_S1 = {"Node104", "Node105", "Node106", "Node201", "Node202", "Node205"}
+BLOCKS = [{"Node104", "Node105", "Node106"}, {"Node201", "Node202", "Node205"},
+          {"Node301", "Node302", "Node303"}, {"Node401", "Node402", "Node403"}]
+TREE = {"Node201", "Node202", "Node205", "Node304", "Node305", "Node306"}
+"""TestApplyNodeLabelsWithTree: S1 > {S2: 201, 202, 205; xf946c4acef2d5939: 304-306}."""
+BUSY_401 = [pod("busy", 2, node="Node401")]
+"""Two GPUs in use on Node401: spine S4 no longer holds six whole nodes, so S1 is the only answer."""
 
 
-def drawn(scheme: str, body: str = DRAWING) -> list[dict]:
-    return topotext.load(f"scheme {scheme}\n{body}").nodes
+def documented(scheme: str, cluster: str, gpus: int = 8) -> list[dict]:
+    """Node objects from tests/fixtures/labels/<scheme>.yaml (a documented example of that label
+    scheme, cited in the file), each with ``gpus`` GPUs."""
+    entries = yaml.safe_load((FIXTURES / f"{scheme}.yaml").read_text())[cluster]
+    return [{"metadata": {"name": e["name"], "labels": dict(e["labels"])},
+             "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "pods": "110"}}} for e in entries]
+
+
+def keys(choice) -> list[str]:
+    return [lvl.key for lvl in choice.levels]
 
 
 @pytest.mark.parametrize(
-    "scheme, levels",
+    "scheme, cluster, gpus, levels, size, required, busy, where",  # where: the domains that may hold it
     [
-        ("topograph", ["network.topology.nvidia.com/block", "network.topology.nvidia.com/leaf",
-                       "network.topology.nvidia.com/accelerator"]),
-        ("topograph-v1", ["fabric.topograph.run/tier-1", "fabric.topograph.run/tier-0",
-                          "accelerator.topograph.run/domain"]),
-        ("gke", ["cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
-                 "cloud.google.com/gce-topology-host"]),
-        ("eks", ["topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-3",
-                 "topology.k8s.aws/network-node-layer-4"]),
-        ("eks+clique", ["topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-3",
-                        ko.CLIQUE_CLUSTER, ko.CLIQUE]),
+        # Topograph v0.1.0: block is the tier next to the nodes, under spine, under datacenter.
+        ("topograph-v0.1", "with-block", 8, [T + "datacenter", T + "spine", T + "block", T + "accelerator"],
+         6, T + "spine", BUSY_401, [SPINE_S1]),
+        ("topograph-v0.1", "with-block", 8, [T + "datacenter", T + "spine", T + "block", T + "accelerator"],
+         3, T + "block", BUSY_401, BLOCKS[:3]),  # the fourth block lost Node401
+        ("topograph-v0.1", "with-tree", 8, [T + "spine", T + "block"], 6, T + "spine", [], [TREE]),
+        # Topograph v0.3.0-v0.5.0: leaf < spine < core.
+        ("topograph-v0.5", "with-block", 8, [T + "core", T + "spine", T + "leaf", T + "accelerator"],
+         6, T + "spine", BUSY_401, [SPINE_S1]),
+        ("topograph-v0.5", "with-block", 8, [T + "core", T + "spine", T + "leaf", T + "accelerator"],
+         3, T + "leaf", BUSY_401, BLOCKS[:3]),
+        ("topograph-v0.5", "with-tree", 8, [T + "spine", T + "leaf"], 6, T + "spine", [], [TREE]),
+        # Topograph v1.0.0: tier-0 is closest to the node; three tiers, then two.
+        ("topograph-v1.0", "three-tiers", 8, [V1 + "2", V1 + "1", V1 + "0", "accelerator.topograph.run/domain"],
+         6, V1 + "1", BUSY_401, [SPINE_S1]),
+        ("topograph-v1.0", "two-tiers", 8, [V1 + "1", V1 + "0"], 6, V1 + "1", [], [TREE]),
+        # GB200 NVL72, 4 GPUs a tray: rack A is split into two 9-tray partitions, so 12 trays of one
+        # partition exist only in rack B.
+        ("clique", "gb200-two-racks", 4, [ko.CLIQUE_CLUSTER, ko.CLIQUE],
+         12, ko.CLIQUE, [], [{f"rack-b-tray-{t:02d}" for t in range(18)}]),
+        ("gke", "one-block", 8, ["cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                                 "cloud.google.com/gce-topology-host"],
+         5, "cloud.google.com/gce-topology-subblock", [], [{f"gke-a3u-pool-{i}" for i in range(4, 9)}]),
+        # The EC2 topology diagram: instances 1-3 share layer-2 node NN2, 1 and 2 share layer-3 NN4.
+        ("eks", "ec2-diagram", 8, [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)],
+         3, "topology.k8s.aws/network-node-layer-2", [], [{"instance-1", "instance-2", "instance-3"}]),
+        ("eks", "ec2-diagram", 8, [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)],
+         2, "topology.k8s.aws/network-node-layer-3", [], [{"instance-1", "instance-2"}]),
+        ("oci", "superclusters", 8, [OCI + "hpc_island_id", OCI + "network_block_id", OCI + "local_block_id"],
+         4, OCI + "network_block_id", [],
+         [{"oke-example-1", "oke-node-2", "oke-node-3", "oke-node-4"}]),
+        ("oci-host", "two-racks", 8, ["oci.oraclecloud.com/host.network_block_id", "oci.oraclecloud.com/host.rack_id"],
+         2, "oci.oraclecloud.com/host.rack_id", [], [{"oci-host-1", "oci-host-2"}]),
     ],
 )
-def test_presets_are_detected_and_place_alike(scheme, levels):
-    nodes = drawn(scheme)
+def test_documented_labels_give_the_documented_order_and_place_there(scheme, cluster, gpus, levels, size,
+                                                                      required, busy, where):
+    nodes = documented(scheme, cluster, gpus)
     choice = ko.detect_levels(facts(nodes))
-    assert [lvl.key for lvl in choice.levels] == levels
+    assert keys(choice) == levels
     assert choice.problems == ()
+    (a,) = load(nodes, busy).plan_pending(gang("g", size, gpus, annotations={REQ: required}))
+    assert a.feasible, a.reason
+    assert levels.index(a.level) >= levels.index(required)  # the narrowest level that holds it
+    placed = set(a.placement.values())
+    assert len(placed) == size and any(placed <= domain for domain in where)
+
+
+def test_the_old_topograph_order_splits_the_spine_and_refuses_the_gang():
+    # The order railyard had before (block broader than spine) on Topograph's own v0.1.0 labels: each
+    # spine is cut per block, so six nodes under spine S1 are never one domain.
+    nodes = documented("topograph-v0.1", "with-block")
+    old = ko.explicit_levels([T + "datacenter", T + "block", T + "spine", T + "accelerator"])
+    w = Cluster.load(facts(nodes), old, [TRANSLATE.pod(p) for p in BUSY_401])
+    (a,) = w.plan_pending(gang("g", 6, 8, annotations={REQ: T + "spine"}))
+    assert not a.feasible
+    assert re.fullmatch(rf"gang ml/g needs 6 pods x 8 GPUs within one {T}spine; best spine IB./S./S. fits 3",
+                        a.reason)
+
+
+def test_doc_examples_and_the_v1_sub_domain():
+    for scheme, levels in [
+        ("topograph-v0.1", [T + "datacenter", T + "spine", T + "block", T + "accelerator"]),
+        ("topograph-v0.5", [T + "core", T + "spine", T + "leaf", T + "accelerator"]),
+        ("topograph-v1.0", [V1 + "2", V1 + "1", V1 + "0", "accelerator.topograph.run/domain",
+                            "accelerator.topograph.run/sub-domain"]),
+    ]:
+        assert keys(ko.detect_levels(facts(documented(scheme, "doc-example")))) == levels
+
+
+def test_topograph_v1_mixed_depth_never_merges_across_tier_numbers():
+    # Topograph counts tiers from the node, so the shared root is tier-1 on node-1 and tier-2 on
+    # node-2. railyard reads tiers by number: the two nodes share no domain (never a false one).
+    nodes = documented("topograph-v1.0", "mixed-depth")
     w = load(nodes)
-    a, b = w.plan_pending(gang("a", 2, 8) + gang("b", 3, 8))
-    assert a.level == levels[-1] and len(set(a.placement.values())) == 2
-    # a took an NVLink domain of the smaller rack, so b fits the other rack (with clique, the
-    # rack is also the physical NVLink domain: the narrower level of the two is reported).
-    assert b.level == (levels[2] if "clique" in scheme else levels[1])
-
-
-def test_oci_preset():
-    nodes = drawn("oci", "block b1\n  rack r1: h1 h2\n  rack r2: h3\n")
-    assert [lvl.key for lvl in ko.detect_levels(facts(nodes)).levels] == [
-        "oci.oraclecloud.com/host.network_block_id", "oci.oraclecloud.com/host.rack_id"]
+    assert [lvl.key for lvl in w.state.levels] == [V1 + "2", V1 + "1", V1 + "0"]
+    (a,) = w.plan_pending(gang("g", 2, 8, annotations={REQ: V1 + "1"}))
+    assert not a.feasible
+    assert "best tier-1 " in a.reason and "fits 1" in a.reason
 
 
 def test_topograph_v1_tiers_any_depth_highest_first():
-    nodes = drawn("topograph-v1", "tier-3 a\n  tier-2 b\n    tier-1 c\n      tier-0 d\n        nvl x: h1 h2\n")
-    assert [lvl.key for lvl in ko.detect_levels(facts(nodes)).levels] == [
-        "fabric.topograph.run/tier-3", "fabric.topograph.run/tier-2", "fabric.topograph.run/tier-1",
-        "fabric.topograph.run/tier-0", "accelerator.topograph.run/domain"]
+    # "There is no fixed maximum depth" (Topograph v1.0.0 docs/reference/node-labels.md).
+    nodes = topotext.load("scheme topograph-v1\ntier-3 a\n  tier-2 b\n    tier-1 c\n      tier-0 d\n"
+                          "        nvl x: h1 h2\n").nodes
+    assert keys(ko.detect_levels(facts(nodes))) == [V1 + "3", V1 + "2", V1 + "1", V1 + "0",
+                                                    "accelerator.topograph.run/domain"]
+
+
+def upgraded(old: list[dict], new: list[dict]) -> list[dict]:
+    """The nodes after an upgrade: Topograph adds the new labels and leaves the old ones."""
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in old}
+    for n in new:
+        n["metadata"]["labels"] = {**labels[n["metadata"]["name"]], **n["metadata"]["labels"]}
+    return new
+
+
+def test_v1_labels_win_over_pre_v1_labels_left_on_the_same_node():
+    # Topograph v1.0.0 (pkg/engines/k8s/kubernetes.go isManagedLevelLabel) never removes
+    # network.topology.nvidia.com/*: an upgraded node carries both schemes.
+    nodes = upgraded(documented("topograph-v0.5", "with-block"), documented("topograph-v1.0", "three-tiers"))
+    choice = ko.detect_levels(facts(nodes))
+    assert choice.preset == "topograph-v1"
+    assert keys(choice) == [V1 + "2", V1 + "1", V1 + "0", "accelerator.topograph.run/domain"]
+    assert choice.problems == (
+        "12 node(s) also carry pre-v1 Topograph (network.topology.nvidia.com/*) labels (e.g. Node104); "
+        "ignored there: the newer Topograph labels are current",)
+    (a,) = load(nodes, BUSY_401).plan_pending(gang("g", 6, 8, annotations={REQ: V1 + "1"}))
+    assert set(a.placement.values()) == SPINE_S1
+
+
+def test_v0_5_labels_win_over_v0_1_labels_left_on_the_same_node():
+    # v0.3.0-v0.5.0 merge labels in (pkg/engines/k8s/kubernetes.go MergeNodeLabels, maps.Copy).
+    nodes = upgraded(documented("topograph-v0.1", "with-block"), documented("topograph-v0.5", "with-block"))
+    choice = ko.detect_levels(facts(nodes))
+    assert (choice.preset, keys(choice)) == ("topograph", [T + "core", T + "spine", T + "leaf", T + "accelerator"])
+    assert choice.problems == (
+        "12 node(s) also carry Topograph v0.1 (network.topology.nvidia.com/block, datacenter) labels "
+        "(e.g. Node104); ignored there: the newer Topograph labels are current",)
+
+
+def test_nodes_with_only_the_keys_both_pre_v1_schemes_share_join_either():
+    # A provider that reports only NVLink blocks gets only .../accelerator (labeler.go
+    # getBlockNodeLabels); such nodes fit v0.1 and v0.5 alike and are not reported.
+    nodes = documented("topograph-v0.1", "with-block")
+    for n in nodes[9:]:
+        n["metadata"]["labels"] = {T + "accelerator": n["metadata"]["labels"][T + "accelerator"]}
+    choice = ko.detect_levels(facts(nodes))
+    assert (choice.preset, choice.problems) == ("topograph-v0.1", ())
+    assert keys(choice) == [T + "datacenter", T + "spine", T + "block", T + "accelerator"]
 
 
 def test_clique_keys_on_the_full_value():
-    # Clique id 32766 appears in two racks (ClusterUUIDs): two domains, never one.
-    nodes = drawn("clique", "rack uuidA\n  nvl 32766: h1 h2\nrack uuidB\n  nvl 32766: h3 h4\n")
-    assert nodes[0]["metadata"]["labels"][ko.CLIQUE] == "uuidA.32766"
-    w = load(nodes)
+    # Clique id 1 exists in both racks: 9 trays in rack A, 18 in rack B, never 27 in one domain.
+    w = load(documented("clique", "gb200-two-racks", gpus=4))
     assert [lvl.key for lvl in w.state.levels] == [ko.CLIQUE_CLUSTER, ko.CLIQUE]
-    (a,) = w.plan_pending(gang("g", 3, 8, annotations={"railyard.io/required-topology": ko.CLIQUE}))
+    (a,) = w.plan_pending(gang("g", 19, 4, annotations={REQ: ko.CLIQUE}))
     assert not a.feasible
-    assert "best nvlink uuidA/uuidA.32766 fits 2" in a.reason
+    assert ("best nvlink 0f4c1d2e-9b8a-4c7d-a6e5-3b2c1d0e9f8a/0f4c1d2e-9b8a-4c7d-a6e5-3b2c1d0e9f8a.1 fits 18"
+            in a.reason)
+
+
+def test_clique_adds_the_nvlink_levels_under_a_switch_tree():
+    nodes = documented("eks", "ec2-diagram", gpus=4)
+    # A P6e-GB200-like mix: GPU Feature Discovery adds the clique beside the EKS layers.
+    racks = ["7b968a6d-c8aa-45e1-9e07-e1e51be99c31"] * 3 + ["0f4c1d2e-9b8a-4c7d-a6e5-3b2c1d0e9f8a"]
+    for n, rack in zip(nodes, racks):
+        n["metadata"]["labels"][ko.CLIQUE] = f"{rack}.1"
+    choice = ko.detect_levels(facts(nodes))
+    assert keys(choice) == [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)] + [
+        ko.CLIQUE_CLUSTER, ko.CLIQUE]
+    assert choice.problems == ()
+
+
+def test_oci_no_imds_placeholder_is_no_domain():
+    # With no RDMA locality in the instance metadata the OCI labeler writes "no-imds-data" on every
+    # node: that must not make them one local block.
+    nodes = documented("oci", "no-imds")
+    choice = ko.detect_levels(facts(nodes))
+    assert keys(choice) == [OCI + "hpc_island_id", OCI + "network_block_id", OCI + "local_block_id"]
+    assert choice.problems == (
+        "2 node(s) carry no-imds-data (e.g. oke-no-imds-1) at oci.oraclecloud.com/rdma.hpc_island_id, "
+        "oci.oraclecloud.com/rdma.network_block_id, oci.oraclecloud.com/rdma.local_block_id: "
+        "its labeler knows no domain there; each such node is a domain of its own",)
+    (a,) = load(nodes).plan_pending(gang("g", 2, 8, annotations={REQ: "local-block"}))
+    assert a.reason == ("gang ml/g needs 2 pods x 8 GPUs within one oci.oraclecloud.com/rdma.local_block_id; "
+                        "best local-block -/-/- fits 1")
 
 
 def test_two_presets_on_one_cluster_are_reported():
-    nodes = drawn("topograph") + drawn("gke", "block g1\n  rack s1\n    nvl x: g1 g2\n")
+    nodes = documented("topograph-v0.5", "with-block") + documented("gke", "one-block")
     choice = ko.detect_levels(facts(nodes))
     assert choice.preset == "topograph"
-    assert any("2 node(s) also carry gke labels (e.g. g1)" in p for p in choice.problems)
-    assert any("2 node(s) carry no topograph labels (e.g. g1)" in p for p in choice.problems)
+    assert choice.problems == (
+        "8 node(s) carry gke labels instead (e.g. gke-a3u-pool-1); using topograph; set --levels to choose",
+        "8 node(s) carry no topograph labels (e.g. gke-a3u-pool-1)",
+    )
 
 
 def test_clique_beside_topograph_accelerator_is_ignored_and_said():
-    nodes = drawn("topograph")
-    nodes[0]["metadata"]["labels"][ko.CLIQUE] = "u.1"
+    nodes = documented("topograph-v0.5", "with-block")
+    nodes[0]["metadata"]["labels"][ko.CLIQUE] = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
     choice = ko.detect_levels(facts(nodes))
-    assert ko.CLIQUE not in [lvl.key for lvl in choice.levels]
-    assert any("nvidia.com/gpu.clique ignored" in p for p in choice.problems)
+    assert ko.CLIQUE not in keys(choice)
+    assert choice.problems == ("nvidia.com/gpu.clique ignored: topograph already names the NVLink domain",)
 
 
 def test_no_topology_labels():
-    nodes = [{"metadata": {"name": "a", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]
+    nodes = [{"metadata": {"name": "a", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8", "pods": "110"}}}]
     choice = ko.detect_levels(facts(nodes))
     assert choice.levels == () and "no known topology labels" in choice.problems[0]
     (a,) = load(nodes).plan_pending([pod("p", 8)])

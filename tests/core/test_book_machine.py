@@ -52,7 +52,7 @@ class GangBookMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 1000.0
         self.state = ClusterState(LEVELS)
-        self.state.set_nodes(NodeFacts(n, labels, 8) for n, labels in NODES.items())
+        self.state.set_nodes(NodeFacts(n, labels, 8, allocatable=(("pods", 110),)) for n, labels in NODES.items())
         self.book = GangBook(self.state)
         self.pods = PodIndex()
         self.live: dict[str, PodFacts] = {}
@@ -145,17 +145,23 @@ class GangBookMachine(RuleBasedStateMachine):
         self.pods.filtered(pod)
         rec = self.book.record(pod.gang.key, self.now)
         self.book.prepare(rec, pod.key)
-        if rec.phase == Phase.PENDING:
-            members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
-            spec = gangspec.build(rec.key, sorted(members, key=lambda p: p.key), None, TIMEOUT,
-                                  running=len(self.pods.bound_uids(rec.key)))
-            self.book.reserve(rec, spec, self.now)
-        slot = self.state.slot_of(pod.key)
-        names = [n for n in NODES if self.state.node(n) is not None and not (refuse and slot and n == slot.node)]
-        verdict = self.book.steer(rec, pod, names, FILTER_FAILURES)
-        assert len(verdict.node_names) <= 1
-        if verdict.node_names:
-            assert self.state.slot_of(pod.key).node == verdict.node_names[0]
+        for _ in range(2):  # as service.filter: a refused plan is made again at once
+            if rec.phase == Phase.PENDING:
+                members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
+                spec = gangspec.build(rec.key, sorted(members, key=lambda p: p.key), None, TIMEOUT,
+                                      running=len(self.pods.bound_uids(rec.key)))
+                self.book.reserve(rec, spec, self.now)
+            slot = self.state.slot_of(pod.key)
+            names = [n for n in NODES if self.state.node(n) is not None and not (refuse and slot and n == slot.node)]
+            before = rec.round
+            verdict = self.book.steer(rec, pod, names)
+            assert len(verdict.node_names) <= 1
+            if verdict.node_names:
+                assert self.state.slot_of(pod.key).node == verdict.node_names[0]
+            if rec.round == before:
+                break
+            assert slot.node in rec.refused, "a refused planned node is left out of the next plan"
+            refuse = False
 
     @rule(data=st.data(), fail_one=st.booleans())
     def bind(self, data: st.DataObject, fail_one: bool) -> None:

@@ -17,7 +17,7 @@ from tests.topologies import (
 
 LEAF = "network.topology.nvidia.com/leaf"
 NVL = "network.topology.nvidia.com/accelerator"
-BLOCK = "network.topology.nvidia.com/block"
+BLOCK = "network.topology.nvidia.com/spine"  # a drawing's block level: Topograph's spine
 HOST = "kubernetes.io/hostname"
 REQ = "railyard.io/required-topology"
 PREF = "railyard.io/preferred-topology"

@@ -18,7 +18,7 @@ LEVELS = (Level("block", "block"), Level("rack", "rack"))
 def node(name, path, gpus, **kw) -> NodeFacts:
     """A node at ``path`` (block, rack); None: that label is missing."""
     labels = {lvl.key: v for lvl, v in zip(LEVELS, path) if v is not None}
-    return NodeFacts(name, labels, gpus, **kw)
+    return NodeFacts(name, labels, gpus, allocatable=(("pods", 110),), **kw)
 
 
 @st.composite

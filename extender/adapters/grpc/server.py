@@ -27,6 +27,9 @@ from extender.api.v1 import extender_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Extender"].full_name
 READY_POLL_SECONDS = 1.0
+MAX_MESSAGE_BYTES = 8 << 20
+"""Largest request message accepted, as the HTTP server's ``max_body_bytes``; a larger one is
+refused by gRPC itself with RESOURCE_EXHAUSTED before any railyard code runs."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,8 @@ class CertificateReloader:
 
 class GrpcServer:
     def __init__(self, handler: Handler, translator: Translator, *, listen: str = "127.0.0.1:8889",
-                 tls: TlsFiles | None = None,
-                 max_workers: int = 64, ready: Callable[[], bool] = lambda: True) -> None:
+                 tls: TlsFiles | None = None, max_workers: int = 64, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         self.handler = handler
         self.listen = listen
         self.tls = tls
@@ -87,6 +90,7 @@ class GrpcServer:
             interceptors=[ErrorInterceptor()],
             # Past max_workers calls at once, gRPC answers RESOURCE_EXHAUSTED instead of queueing.
             maximum_concurrent_rpcs=max_workers,
+            options=[("grpc.max_receive_message_length", max_message_bytes)],
         )
         pb_grpc.add_ExtenderServicer_to_server(ExtenderServicer(handler, translator), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

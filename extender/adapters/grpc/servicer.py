@@ -2,7 +2,8 @@
 
 Pods arrive as Kubernetes JSON bytes, the same objects the HTTP verbs carry, and are translated
 to facts here with the same ``kubeobjects.Translator``. Errors are raised, and turned into
-status codes by ``errors.ErrorInterceptor``.
+status codes by ``errors.ErrorInterceptor``, which also answers request bytes that are not a
+method's message before any method here runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 import grpc
 import orjson
 
+from extender.adapters.echo import clip
 from extender.adapters.kubeobjects import Translator
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
@@ -23,6 +25,9 @@ from extender.whatif import GangAnswer
 
 WATCH_POLL_SECONDS = 0.5
 """How often a WatchGangs stream with nothing to send checks that its client is still there."""
+KEY_SHOWN_CHARS = 320
+"""A pod key quoted in an error is cut past this: no real one is longer (a 63-character
+namespace, '/', a 253-character name)."""
 
 
 class Handler(Protocol):
@@ -103,8 +108,8 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         key = f"{_required(request.namespace, 'namespace')}/{_required(request.name, 'name')}"
         got = self.handler.explain(key)
         if got is None:
-            raise UnknownPod(f"pod {key} is unknown to railyard: it asks for no GPUs and names no gang, "
-                           f"does not exist, or the watch cache has not seen it yet")
+            raise UnknownPod(f"pod {clip(key, KEY_SHOWN_CHARS)} is unknown to railyard: it asks for no GPUs and "
+                             f"names no gang, does not exist, or the watch cache has not seen it yet")
         fit = [pb.DomainFit(domain=_path(r["domain"]), nodes=r["nodes"], gpus=r["gpus"],
                             available_gpus=r["available_gpus"], fits=r["fits"], blocked_nodes=r["blocked_nodes"])
                for r in got["fit"]]

@@ -13,11 +13,15 @@ Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt)
 
 Errors are translated here and only here (STYLE habit 11; the hierarchy is in core/errors.py):
 
-    BadRequest                  -> 400, message names the field (filter/bind: in ``Error``)
+    BadRequest                  -> 400, message names the field (filter/bind: in ``Error``); also a
+                                   body that is not the gzip or deflate data its Content-Encoding says
     Overloaded                  -> 503, which cap was hit
     other RailyardError         -> 200 with ``Error`` for filter and bind (the scheduler logs it
                                    and retries the pod); 500 for prioritize and preempt
     anything else               -> 500, logged with its traceback; the server keeps serving
+
+An ``Error`` is cut to ``MAX_ERROR_CHARS``: messages quote what the client sent (a node name,
+a pod name), and a client can send megabytes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import ssl
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
@@ -34,6 +39,7 @@ from typing import Any, Callable, Mapping, Protocol
 import orjson
 from aiohttp import web
 
+from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 from extender.adapters.http.verbs import VERBS
@@ -41,6 +47,9 @@ from extender.core.errors import BadRequest, Overloaded, RailyardError
 from extender.settings import ServerSettings
 
 log = logging.getLogger("railyard.http")
+
+MAX_ERROR_CHARS = 2048
+"""Longest ``Error`` message answered (and logged); longer ones are cut, saying their length."""
 
 
 class ServerObserver(Protocol):
@@ -62,9 +71,44 @@ _ERROR_FIELD_VERBS = ("filter", "bind")
 
 
 def _error_reply(verb: str, message: str) -> dict[str, Any]:
+    message = clip(message, MAX_ERROR_CHARS)
     if verb == "filter":
         return dict(wire.filter_error(message))
     return {"Error": message}
+
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
+    """The body with its Content-Encoding undone, at most ``limit`` bytes once decompressed.
+
+    Ours, not aiohttp's (auto_decompress is off): aiohttp's answers a body that is not gzip
+    with an exception the handler sees as a 500, logs a traceback while draining it, and
+    answers an encoding it lacks (br, zstd) in plain text before any handler runs.
+    """
+    coding = encoding.strip().lower()
+    if coding in ("", "identity"):
+        return raw
+    wbits = _WBITS.get(coding)
+    if wbits is None:
+        raise BadRequest(f"body has Content-Encoding {shown(encoding)}; railyard reads gzip, deflate or none")
+    out, data = bytearray(), raw
+    try:
+        while True:  # gzip may hold several members, one after the other (RFC 1952 2.2)
+            stream = zlib.decompressobj(wbits)
+            out += stream.decompress(data, limit + 1 - len(out))
+            if len(out) > limit:
+                raise BadRequest(f"body is over the {limit}-byte limit once decompressed ({coding})")
+            if not stream.eof:
+                raise BadRequest(f"body ends before its {coding} data does ({len(raw)} bytes sent)")
+            data = stream.unused_data
+            if not data:
+                return bytes(out)
+            if wbits == zlib.MAX_WBITS:
+                raise BadRequest(f"body has {len(data)} bytes after its deflate data")
+    except zlib.error as exc:
+        raise BadRequest(f"body does not decode as Content-Encoding {shown(encoding)}: {exc}") from None
 
 
 def _json(status: int, obj: Any) -> web.Response:
@@ -140,7 +184,8 @@ class ExtenderServer:
     async def _start_site(self) -> None:
         # Idle connections outlive Go's 90 s IdleConnTimeout, so the scheduler always closes
         # first and never posts a filter on a connection we are closing at the same moment.
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=300)
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=300,
+                                     auto_decompress=False)  # _decoded() does it, with 400s
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, backlog=1024, ssl_context=self._ssl)
         await site.start()
@@ -157,7 +202,7 @@ class ExtenderServer:
         verb = request.match_info["verb"]
         call = VERBS.get(verb)
         if call is None:
-            return _json(404, {"Error": f"unknown extender verb {verb!r}; railyard serves "
+            return _json(404, {"Error": f"unknown extender verb {shown(verb)}; railyard serves "
                                         f"{', '.join(self.prefix + '/' + v for v in VERBS)}"})
         started = time.perf_counter()
         c = self._counters
@@ -229,6 +274,7 @@ class ExtenderServer:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:  # chunked body without Content-Length
             raise BadRequest(f"body is over the {limit}-byte limit") from None
+        raw = _decoded(raw, request.headers.get("Content-Encoding", ""), limit)
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

@@ -5,18 +5,19 @@ into the core's facts, once, where they enter: the watch cache, the HTTP verbs, 
 servicer and ``railyard plan`` each hold a ``Translator``. Never raises on odd input: a value
 it cannot read becomes a problem of the gang or of the topology, with the offending value quoted.
 
-    labels.py   topology label presets and level detection (the LabelScheme port)
-    nodes.py    Node -> NodeFacts
-    pods.py     Pod -> PodFacts (membership, requests, rank, declarations)
-    groups.py   PodGroup -> GroupFacts
-    fields.py   defensive accessors and quantities
+    labels.py     topology label presets and level detection (the LabelScheme port)
+    nodes.py      Node -> NodeFacts
+    pods.py       Pod -> PodFacts (membership, rank, declarations)
+    resources.py  effective requests and allocatable, quantities bounded
+    placement.py  nodeSelector, node affinity, tolerations -> Eligibility
+    groups.py     PodGroup -> GroupFacts
+    fields.py     defensive accessors
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from extender.adapters.kubeobjects.fields import parse_count
 from extender.adapters.kubeobjects.groups import podgroup_facts
 from extender.adapters.kubeobjects.labels import (
     CLIQUE,
@@ -36,13 +37,13 @@ from extender.adapters.kubeobjects.pods import (
     pod_facts,
     pod_gpus,
     rank,
-    tolerations,
 )
+from extender.adapters.kubeobjects.placement import tolerations
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
     "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "GROUP_ANNOTATION", "GROUP_LABELS", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts", "parse_count",
+    "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
 

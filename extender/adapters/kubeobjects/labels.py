@@ -1,5 +1,27 @@
 """Topology label presets: which node labels name which levels, broadest first, and the
-level detection behind the core's ``LabelScheme`` port."""
+level detection behind the core's ``LabelScheme`` port.
+
+Each preset is taken from its own project's documentation or source (tests/fixtures/labels/
+holds a documented example of each, with the file and tag it came from):
+
+- ``topograph-v1``: NVIDIA Topograph v1.0.0 ``docs/reference/node-labels.md``: fabric tier 0 is
+  the switch closest to the node, numbers grow outwards, no fixed depth; the accelerator
+  sub-domain is nested in the domain.
+- ``topograph``: Topograph v0.3.0-v0.5.0 ``pkg/engines/k8s/labeler.go``: leaf (switches that
+  connect compute nodes) < spine < core.
+- ``topograph-v0.1``: Topograph v0.1.0, the same tiers before commit 3abaae8 renamed them:
+  block (switches that connect compute nodes) < spine < datacenter.
+- ``gke``: gce-topology-host < subblock < block (Google Cloud, TAS on GKE).
+- ``eks``: network-node-layer-1 is the top of the AWS network, 3 (or 4) the bottom (EKS guide).
+- ``oci``: rdma.local_block_id (tier 0) < network_block_id < hpc_island_id (oracle-quickstart/
+  oci-hpc-oke); ``oci-host``: host.rack_id < host.network_block_id.
+- ``clique``: ``nvidia.com/gpu.clique`` = ``<ClusterUUID>.<CliqueID>`` (GPU Feature Discovery).
+
+Topograph never removes labels of an older scheme when it writes a newer one (v0.3 merges
+labels in; v1.0.0 ``isManagedLevelLabel`` only clears its own keys), so an upgraded node can
+carry two schemes. The newer one is current: a node's older Topograph labels are ignored and
+reported, never mixed into its path.
+"""
 
 from __future__ import annotations
 
@@ -14,20 +36,28 @@ CLIQUE_CLUSTER = "nvidia.com/gpu.clique:cluster"
 
 _TOPOGRAPH = "network.topology.nvidia.com/"
 _TOPOGRAPH_V1_TIER = re.compile(r"^fabric\.topograph\.run/tier-(\d+)$")
+_OCI_RDMA = "oci.oraclecloud.com/rdma."
+_OCI_HOST = "oci.oraclecloud.com/host."
+OCI_NO_DATA = "no-imds-data"
+"""The value the OCI labeler writes when the instance metadata has no RDMA locality: no domain."""
 
 PRESETS: dict[str, tuple[Level, ...]] = {
-    "topograph": (
-        Level(_TOPOGRAPH + "core", "core"),
-        Level(_TOPOGRAPH + "datacenter", "datacenter"),
-        Level(_TOPOGRAPH + "block", "block"),
-        Level(_TOPOGRAPH + "spine", "spine"),
-        Level(_TOPOGRAPH + "leaf", "leaf"),
-        Level(_TOPOGRAPH + "accelerator", "nvlink"),
-    ),
     # Tiers are added from the labels found (tier-0 is closest to the node; no fixed depth).
     "topograph-v1": (
         Level("accelerator.topograph.run/domain", "nvlink"),
         Level("accelerator.topograph.run/sub-domain", "nvlink-sub"),
+    ),
+    "topograph": (
+        Level(_TOPOGRAPH + "core", "core"),
+        Level(_TOPOGRAPH + "spine", "spine"),
+        Level(_TOPOGRAPH + "leaf", "leaf"),
+        Level(_TOPOGRAPH + "accelerator", "nvlink"),
+    ),
+    "topograph-v0.1": (
+        Level(_TOPOGRAPH + "datacenter", "datacenter"),
+        Level(_TOPOGRAPH + "spine", "spine"),
+        Level(_TOPOGRAPH + "block", "block"),
+        Level(_TOPOGRAPH + "accelerator", "nvlink"),
     ),
     "gke": (
         Level("cloud.google.com/gce-topology-block", "block"),
@@ -35,9 +65,14 @@ PRESETS: dict[str, tuple[Level, ...]] = {
         Level("cloud.google.com/gce-topology-host", "gce-host"),
     ),
     "eks": tuple(Level(f"topology.k8s.aws/network-node-layer-{i}", f"layer-{i}") for i in range(1, 5)),
-    "oci": (
-        Level("oci.oraclecloud.com/host.network_block_id", "block"),
-        Level("oci.oraclecloud.com/host.rack_id", "rack"),
+    "oci": tuple(
+        Level(_OCI_RDMA + key, name, missing=OCI_NO_DATA)
+        for key, name in (("hpc_island_id", "hpc-island"), ("network_block_id", "network-block"),
+                          ("local_block_id", "local-block"))
+    ),
+    "oci-host": (
+        Level(_OCI_HOST + "network_block_id", "network-block"),
+        Level(_OCI_HOST + "rack_id", "rack"),
     ),
     "clique": (
         Level(CLIQUE_CLUSTER, "nvlink-rack", prefix_of=CLIQUE),
@@ -46,6 +81,16 @@ PRESETS: dict[str, tuple[Level, ...]] = {
 }
 NVLINK_KEYS = frozenset({_TOPOGRAPH + "accelerator", "accelerator.topograph.run/domain"})
 """Presets whose own NVLink level makes the clique label redundant."""
+
+_KEY_PRESET = {lvl.key: name for name, levels in PRESETS.items() for lvl in levels
+               if name != "clique" and not lvl.key.startswith(_TOPOGRAPH)}
+_KEY_PRESET[CLIQUE] = "clique"
+_PRE_V1 = {
+    **{_TOPOGRAPH + k: "topograph" for k in ("leaf", "core")},
+    **{_TOPOGRAPH + k: "topograph-v0.1" for k in ("block", "datacenter")},
+    **{_TOPOGRAPH + k: "either" for k in ("spine", "accelerator")},
+}
+"""Pre-v1 Topograph key -> its scheme; spine and accelerator belong to both."""
 
 
 def explicit_levels(keys: Sequence[str]) -> LevelChoice:
@@ -73,19 +118,22 @@ def explicit_levels(keys: Sequence[str]) -> LevelChoice:
 def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
     """Pick the levels from the labels nodes carry, with one preset for the switch tree.
 
-    The preset carried by the most nodes wins; nodes that carry another switch-tree preset's
-    labels are reported, not merged. ``nvidia.com/gpu.clique`` adds the NVLink levels under
-    any switch tree that has none of its own.
+    The preset carried by the most nodes wins (ties: the order of PRESETS, newest Topograph
+    first); nodes that carry another switch-tree preset instead are reported, not merged.
+    ``nvidia.com/gpu.clique`` adds the NVLink levels under any switch tree that has none of
+    its own.
     """
-    labels = [n.labels for n in nodes]
-
     def name(i: int) -> str:
         return nodes[i].name or "?"
 
     carriers: dict[str, list[int]] = {}
-    for i, lab in enumerate(labels):
-        for preset in _presets_of(lab):
+    stale: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        found, old = _classify(node.labels)
+        for preset in found:
             carriers.setdefault(preset, []).append(i)
+        if old:
+            stale.setdefault(old, []).append(i)
     trees = [p for p in PRESETS if p != "clique" and p in carriers]
     problems: list[str] = []
     if not trees and "clique" not in carriers:
@@ -93,24 +141,30 @@ def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
     primary = max(trees, key=lambda p: len(carriers[p])) if trees else None
     levels: list[Level] = []
     if primary is not None:
-        present = {k for lab in labels for k in lab}
+        mine = set(carriers[primary])
+        present = {k for i in mine for k in nodes[i].labels}
         if primary == "topograph-v1":
-            tiers = sorted(
-                (int(m.group(1)) for k in present if (m := _TOPOGRAPH_V1_TIER.match(k))), reverse=True
-            )
+            tiers = sorted((int(m.group(1)) for k in present if (m := _TOPOGRAPH_V1_TIER.match(k))), reverse=True)
             levels += [Level(f"fabric.topograph.run/tier-{t}", f"tier-{t}") for t in tiers]
         levels += [lvl for lvl in PRESETS[primary] if lvl.key in present]
+        for old, carried in stale.items():
+            if idx := [i for i in carried if i in mine]:
+                problems.append(f"{len(idx)} node(s) also carry {old} labels (e.g. {name(idx[0])}); "
+                                f"ignored there: the newer Topograph labels are current")
         for other in trees:
-            if other != primary:
-                idx = carriers[other]
+            if other != primary and (idx := [i for i in carriers[other] if i not in mine]):
                 problems.append(
-                    f"{len(idx)} node(s) also carry {other} labels (e.g. {name(idx[0])}); "
+                    f"{len(idx)} node(s) carry {other} labels instead (e.g. {name(idx[0])}); "
                     f"using {primary}; set --levels to choose"
                 )
-        without = len(labels) - len(carriers[primary])
-        if without:
-            missing = next(i for i in range(len(labels)) if i not in set(carriers[primary]))
-            problems.append(f"{without} node(s) carry no {primary} labels (e.g. {name(missing)})")
+        if without := [i for i in range(len(nodes)) if i not in mine]:
+            problems.append(f"{len(without)} node(s) carry no {primary} labels (e.g. {name(without[0])})")
+        for value in dict.fromkeys(lvl.missing for lvl in levels if lvl.missing):
+            at = [lvl.key for lvl in levels if lvl.missing == value]
+            if idx := [i for i in mine if any(nodes[i].labels.get(k) == value for k in at)]:
+                at = [k for k in at if any(nodes[i].labels.get(k) == value for i in idx)]
+                problems.append(f"{len(idx)} node(s) carry {value} (e.g. {name(idx[0])}) at {', '.join(at)}: "
+                                "its labeler knows no domain there; each such node is a domain of its own")
     if "clique" in carriers:
         if any(lvl.key in NVLINK_KEYS for lvl in levels):
             problems.append(f"{CLIQUE} ignored: {primary} already names the NVLink domain")
@@ -126,7 +180,7 @@ class _Scheme:
         return detect_levels(nodes)
 
     def schemes_of(self, node: NodeFacts) -> frozenset[str]:
-        return frozenset(_presets_of(node.labels))
+        return frozenset(_classify(node.labels)[0])
 
     def explicit(self, keys: Sequence[str]) -> LevelChoice:
         return explicit_levels(keys)
@@ -135,20 +189,21 @@ class _Scheme:
 SCHEME = _Scheme()
 
 
-def _presets_of(labels: Mapping[str, str]) -> set[str]:
-    found = set()
+def _classify(labels: Mapping[str, str]) -> tuple[set[str], str]:
+    """The presets a node's labels belong to, and which older Topograph labels it carries in
+    vain (Topograph leaves them in place when it writes a newer scheme)."""
+    found, pre_v1 = set(), set()
     for key in labels:
-        if key.startswith(_TOPOGRAPH):
-            found.add("topograph")
-        elif _TOPOGRAPH_V1_TIER.match(key) or key.startswith("accelerator.topograph.run/"):
+        if _TOPOGRAPH_V1_TIER.match(key):
             found.add("topograph-v1")
-        elif key.startswith("cloud.google.com/gce-topology-"):
-            found.add("gke")
-        elif key.startswith("topology.k8s.aws/network-node-layer-"):
-            found.add("eks")
-        elif key.startswith("oci.oraclecloud.com/host.") and key in (
-            "oci.oraclecloud.com/host.network_block_id", "oci.oraclecloud.com/host.rack_id"):
-            found.add("oci")
-        elif key == CLIQUE:
-            found.add("clique")
-    return found
+        elif key in _PRE_V1:
+            pre_v1.add(_PRE_V1[key])
+        elif preset := _KEY_PRESET.get(key):
+            found.add(preset)
+    if pre_v1 and "topograph-v1" in found:
+        return found, "pre-v1 Topograph (network.topology.nvidia.com/*)"
+    if {"topograph", "topograph-v0.1"} <= pre_v1:
+        return found | {"topograph"}, "Topograph v0.1 (network.topology.nvidia.com/block, datacenter)"
+    if pre_v1 == {"either"}:  # only spine and accelerator, keys both pre-v1 schemes share
+        pre_v1 = {"topograph", "topograph-v0.1"}
+    return found | (pre_v1 - {"either"}), ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from extender.adapters.kubeobjects.fields import dict_at, labels_of, list_at, parse_count, str_at
+from extender.adapters.kubeobjects.fields import dict_at, labels_of, list_at, str_at
+from extender.adapters.kubeobjects.resources import node_allocatable
 from extender.core.model import NodeFacts, Taint
 
 
@@ -19,12 +20,13 @@ def node_facts(node: Mapping[str, Any], gpu_resource: str) -> NodeFacts:
         for t in list_at(spec, "taints")
         if isinstance(t, dict)
     )
-    allocatable = dict_at(status, "allocatable") or dict_at(status, "capacity")
+    gpus, allocatable = node_allocatable(node, gpu_resource)
     return NodeFacts(
         name=str_at(meta, "name"),
         labels=labels_of(node),
-        gpus=max(parse_count(allocatable.get(gpu_resource)), 0),
+        gpus=gpus,
         unschedulable=spec.get("unschedulable") is True,
         ready=ready,
         taints=taints,
+        allocatable=allocatable,
     )

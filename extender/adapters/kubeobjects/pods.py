@@ -1,10 +1,13 @@
-"""Pods to PodFacts: group membership, the GPU request, rank, tolerations, what they declare."""
+"""Pods to PodFacts: group membership, rank, what they declare; requests (resources.py) and
+where they may run (placement.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, list_at, parse_count, str_at
+from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
+from extender.adapters.kubeobjects.placement import eligibility
+from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
@@ -13,7 +16,6 @@ from extender.core.model import (
     Declaration,
     GangRef,
     PodFacts,
-    Toleration,
 )
 
 
@@ -65,6 +67,8 @@ def gang_ref(pod: Mapping[str, Any]) -> GangRef:
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     meta, spec = dict_at(pod, "metadata"), dict_at(pod, "spec")
     annotations = annotations_of(pod)
+    gpus, requests, request_problems = pod_requests(pod, gpu_resource)
+    where, where_problems = eligibility(pod, requests)
     return PodFacts(
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
@@ -72,56 +76,19 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         gang=gang_ref(pod),
         node=str_at(spec, "nodeName"),
         phase=str_at(dict_at(pod, "status"), "phase"),
-        gpus=pod_gpus(pod, gpu_resource),
+        gpus=gpus,
         rank=rank(pod),
-        tolerations=tolerations(pod),
         declarations=tuple(Declaration(role, key, annotations[key], precedence)
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
+        eligibility=where,
+        problems=request_problems + where_problems,
     )
 
 
 def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
-    """The pod's effective GPU request, as Kubernetes computes it.
-
-    max(sum of app containers + restartable init containers (sidecars),
-        each plain init container + the sidecars started before it) + overhead.
-    A container with only a limit requests its limit (extended resources).
-    """
-    spec = dict_at(pod, "spec")
-
-    def req(container: Mapping[str, Any]) -> int:
-        res = dict_at(container, "resources")
-        value = dict_at(res, "requests").get(gpu_resource)
-        if value is None:
-            value = dict_at(res, "limits").get(gpu_resource)
-        return parse_count(value)
-
-    sidecars = 0
-    init_peak = 0
-    for c in list_at(spec, "initContainers"):
-        if not isinstance(c, dict):
-            continue
-        if c.get("restartPolicy") == "Always":
-            sidecars += req(c)
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + req(c))
-    app = sum(req(c) for c in list_at(spec, "containers") if isinstance(c, dict)) + sidecars
-    overhead = parse_count(dict_at(spec, "overhead").get(gpu_resource))
-    return max(max(app, init_peak) + overhead, 0)
-
-
-def tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    return tuple(
-        Toleration(
-            key=str_at(t, "key"),
-            operator=str_at(t, "operator") or "Equal",
-            value=str_at(t, "value"),
-            effect=str_at(t, "effect"),
-        )
-        for t in list_at(dict_at(pod, "spec"), "tolerations")
-        if isinstance(t, dict)
-    )
+    """The pod's effective GPU request, as Kubernetes computes it (0 when unreadable: the
+    pod's PodFacts carries the problem)."""
+    return pod_requests(pod, gpu_resource)[0]
 
 
 def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:

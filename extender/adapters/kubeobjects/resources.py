@@ -1,0 +1,122 @@
+"""Resource quantities of pods and nodes, read as Kubernetes reads them.
+
+A pod's effective request of each resource (k8s.io/component-helpers resource.PodRequests):
+
+    max(sum over app containers + every restartable init container (sidecar),
+        each plain init container + the sidecars started before it) + pod overhead
+
+A container that states only a limit requests its limit (the API server's defaulting). CPU is
+counted in millicores (rounded up, as MilliValue), every other resource in whole units
+(rounded up, as Value). GPUs must be whole numbers: ``500m`` GPUs is a problem, not 0.
+Every value is bounded before it is used (``adapters.quantity``): a pod's creator is untrusted.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Mapping
+
+from extender.adapters.kubeobjects.fields import dict_at, list_at, str_at
+from extender.adapters.quantity import QuantityError, json_quantity
+from extender.core.model import PODS, Resources
+
+MAX_GPUS = 4096
+"""More GPUs than any node has: a larger count is a problem of the pod, not a plan."""
+MAX_RESOURCES = 64
+"""Distinct resource names read from one container (the API server allows far fewer in practice)."""
+
+
+def units(name: str, q: Fraction) -> int:
+    """A quantity in railyard's units for that resource (millicores for cpu)."""
+    return math.ceil(q * 1000) if name == "cpu" else math.ceil(q)
+
+
+def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resources, tuple[str, ...]]:
+    """(GPUs, every other effective request with ``pods: 1``, problems)."""
+    spec = dict_at(pod, "spec")
+    problems: list[str] = []
+
+    def container(c: Any, where: str) -> dict[str, Fraction]:
+        res = dict_at(c, "resources")
+        requests, limits = dict_at(res, "requests"), dict_at(res, "limits")
+        out: dict[str, Fraction] = {}
+        names = list(dict.fromkeys([*requests, *limits]))
+        if len(names) > MAX_RESOURCES:
+            problems.append(f"{where} names {len(names)} resources; railyard reads at most {MAX_RESOURCES}")
+            names = names[:MAX_RESOURCES]
+        for name in names:
+            value = requests[name] if name in requests else limits[name]
+            try:
+                q = json_quantity(value)
+            except QuantityError as exc:
+                problems.append(f"{where} {name}: {exc}")
+                continue
+            if q < 0:
+                problems.append(f"{where} {name} must not be negative, got {q}")
+                continue
+            out[name] = q
+        return out
+
+    def add(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
+        for k, v in more.items():
+            into[k] = into.get(k, Fraction(0)) + v
+
+    def peak(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
+        for k, v in more.items():
+            if v > into.get(k, Fraction(0)):
+                into[k] = v
+
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for i, c in enumerate(list_at(spec, "initContainers")):
+        if not isinstance(c, dict):
+            continue
+        amounts = container(c, f"init container {str_at(c, 'name') or i}")
+        if c.get("restartPolicy") == "Always":
+            add(sidecars, amounts)
+            peak(init_peak, sidecars)
+        else:
+            total = dict(sidecars)
+            add(total, amounts)
+            peak(init_peak, total)
+    app: dict[str, Fraction] = dict(sidecars)
+    for i, c in enumerate(list_at(spec, "containers")):
+        if isinstance(c, dict):
+            add(app, container(c, f"container {str_at(c, 'name') or i}"))
+    peak(app, init_peak)
+    add(app, container({"resources": {"requests": dict_at(spec, "overhead")}}, "overhead"))
+
+    gpus = 0
+    if gpu_resource in app:
+        q = app.pop(gpu_resource)
+        if q.denominator != 1:
+            problems.append(f"{gpu_resource} must be a whole number of GPUs, got {float(q):g}")
+        elif q > MAX_GPUS:
+            problems.append(f"{gpu_resource} must be at most {MAX_GPUS}, got {q}")
+        else:
+            gpus = int(q)
+    app[PODS] = app.get(PODS, Fraction(0)) + 1
+    requests = tuple(sorted((name, units(name, q)) for name, q in app.items() if q > 0))
+    return gpus, requests, tuple(problems)
+
+
+def node_allocatable(node: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resources]:
+    """(allocatable GPUs, every other allocatable resource). Unreadable values count as 0, as a
+    node the API server accepted never has them."""
+    status = dict_at(node, "status")
+    allocatable = dict_at(status, "allocatable") or dict_at(status, "capacity")
+    gpus = 0
+    out = []
+    for name, value in list(allocatable.items())[: MAX_RESOURCES * 4]:
+        try:
+            q = json_quantity(value)
+        except QuantityError:
+            continue
+        if q <= 0:
+            continue
+        if name == gpu_resource:
+            gpus = min(int(q), MAX_GPUS) if q.denominator == 1 else 0
+        else:
+            out.append((name, units(name, q)))
+    return gpus, tuple(sorted(out))
