@@ -58,7 +58,7 @@ def test_arm_d_gets_a_topology_down_to_the_host_a_tas_flavor_and_all_gpus_as_quo
     assert list(objects) == ["Topology", "ResourceFlavor", "ClusterQueue", "LocalQueue"]
     topology = objects["Topology"][1]
     assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [
-        "network.topology.nvidia.com/block", LEAF, "network.topology.nvidia.com/accelerator", "kubernetes.io/hostname"]
+        "network.topology.nvidia.com/spine", LEAF, "network.topology.nvidia.com/accelerator", "kubernetes.io/hostname"]
     flavor = objects["ResourceFlavor"][1]["spec"]
     assert flavor["topologyName"] == topology["metadata"]["name"]
     # Kueue requires a nodeLabel on a TAS flavor; every node must carry it or TAS skips the node.

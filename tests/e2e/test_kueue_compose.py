@@ -1,7 +1,7 @@
 """Kueue admits, railyard places (issue 15 item 2): ``manifests/overlays/kueue`` on a real cluster.
 
 Two clusters, each with railyard (kube-scheduler running the overlay's ``scheduler-config.yaml``)
-and Kueue v0.17.0, and the same 18 nodes x 8 GPUs in one block::
+and Kueue v0.17.0, and the same 18 nodes x 8 GPUs under one spine::
 
     leaf r1: nvl n1 (3 nodes)  nvl n2 (5 nodes)
     leaf r2: nvl n1 (4 nodes)  nvl n2 (6 nodes)
@@ -11,7 +11,7 @@ and Kueue v0.17.0, and the same 18 nodes x 8 GPUs in one block::
   admits one, railyard binds it whole in its best NVLink domain, the other waits in Kueue's
   queue, gated, with nothing reserved in railyard; when the first finishes the second is
   admitted and placed.
-- TAS (Kueue's default gates; ``tas.example.yaml``: Topology block > leaf > NVLink): Kueue picks
+- TAS (Kueue's default gates; ``tas.example.yaml``: Topology spine > leaf > NVLink): Kueue picks
   the gang's domain and puts it in each pod's nodeSelector; railyard must place the gang inside
   it. **Needs railyard's planner to respect nodeSelector (the eligibility work)**: until then
   railyard plans its own best domain, which kube-scheduler's NodeAffinity filter never offers,
@@ -48,7 +48,7 @@ POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
-BLOCK = "network.topology.nvidia.com/block"
+SPINE = "network.topology.nvidia.com/spine"
 LEAF = "network.topology.nvidia.com/leaf"
 NVLINK = "network.topology.nvidia.com/accelerator"
 GPU_PRESENT = "nvidia.com/gpu.present"  # the examples' ResourceFlavor nodeLabel
@@ -62,12 +62,12 @@ BIND_TIMEOUT = 120
 
 
 def _nodes() -> list[dict[str, Any]]:
-    return [gpu_node(f"{leaf}-{nvl}-h{i}", labels={BLOCK: "b1", LEAF: leaf, NVLINK: nvl, GPU_PRESENT: "true"})
+    return [gpu_node(f"{leaf}-{nvl}-h{i}", labels={SPINE: "b1", LEAF: leaf, NVLINK: nvl, GPU_PRESENT: "true"})
             for (leaf, nvl), size in SIZES.items() for i in range(1, size + 1)]
 
 
 def _domain(labels: dict[str, str]) -> tuple[str, str, str]:
-    return labels[BLOCK], labels[LEAF], labels[NVLINK]
+    return labels[SPINE], labels[LEAF], labels[NVLINK]
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,7 @@ def test_a_gang_admitted_by_kueue_tas_keeps_inside_the_domain_kueue_assigned(tas
             admitted = _admitted(cluster, ns, "kept", 60)
             (assignment,) = admitted["status"]["admission"]["podSetAssignments"]
             topology = assignment["topologyAssignment"]
-            assert topology["levels"] == [BLOCK, LEAF, NVLINK]  # tas.example.yaml's Topology
+            assert topology["levels"] == [SPINE, LEAF, NVLINK]  # tas.example.yaml's Topology
             domains = _assigned_domains(topology)
             assert sum(domains.values()) == 4 and len({d[:2] for d in domains}) == 1, domains  # one leaf, as required
             # The premise: Kueue's choice is not where railyard alone would put the gang, so a
