@@ -192,3 +192,21 @@ def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, ba
     service = find(base, "Service", "railyard-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(base):
+    kueue = render(MANIFESTS / "overlays" / "kueue")
+    cfg = scheduler_config(kueue)
+    (profile,) = cfg["profiles"]
+    assert profile == {"schedulerName": "railyard",
+                       "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}
+    reference = scheduler_config(base)
+    cfg.pop("profiles"), reference.pop("profiles")
+    assert cfg == reference
+    # Kueue's side (Configuration, queues) is for Kueue's install, not applied with railyard's.
+    assert not [o for o in kueue if o.get("apiVersion", "").startswith(("kueue.x-k8s.io", "config.kueue.x-k8s.io"))]
+    def names(objects):  # a ConfigMap's name ends in its content hash
+        return sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap"
+                       else o["metadata"]["name"]) for o in objects)
+
+    assert names(kueue) == names(base)
