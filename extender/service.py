@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from extender.core import gangspec, verdicts
@@ -186,7 +185,7 @@ class TopologyExtender:
             decision = self.book.permit(gang, key, uid, node) if pod.gang.named and self.book.get(gang) else None
         match decision:
             case None:
-                error = self._bind_with_retries(key, uid, node)
+                error = self._bind_all({key: (uid, node)})[key]
                 if error:
                     raise BindingFailed(error)
                 return
@@ -213,9 +212,7 @@ class TopologyExtender:
 
     def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
         """Create every member's Binding at once; if some fail after retries, evict the rest."""
-        with ThreadPoolExecutor(max_workers=min(32, len(members))) as pool:
-            errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1]), members.items())
-            results = dict(zip(members, errors))
+        results = self._bind_all(members)
         with self._cond:
             compensate = self.book.bindings_done(gang, results, members, self.clock())
             if compensate is None:
@@ -236,20 +233,32 @@ class TopologyExtender:
             self.book.compensated(gang, results, eviction_errors)
             self._cond.notify_all()
 
-    def _bind_with_retries(self, key: str, uid: str, node: str) -> str:
-        """Create the Binding, retrying with backoff; "" or the last error."""
-        namespace, name = key.split("/", 1)
+    def _bind_all(self, members: dict[str, tuple[str, str]]) -> dict[str, str]:
+        """Create the Bindings of ``members`` (key -> (uid, node)) in one burst, then retry the
+        failed ones together with backoff; per member "" or its last error."""
+        errors: dict[str, str] = {}
+        pending = dict(members)
         attempts = self.settings.gangs.bind_attempts
         for i in range(attempts):
+            bindings = [(*key.split("/", 1), uid, node) for key, (uid, node) in pending.items()]
             try:
-                self.binder.bind(namespace, name, uid, node)
-                return ""
-            except Exception as exc:  # the binder's errors carry the API server's words
-                error = verdicts.binding_failed(key, node, str(exc))
+                outcomes = list(self.binder.bind_all(bindings))
+            except Exception as exc:  # a binder that raised instead of answering per Binding
+                outcomes = [exc] * len(bindings)
+            failed = {}
+            for (key, (uid, node)), exc in zip(pending.items(), outcomes):
+                if exc is None:
+                    errors.pop(key, None)
+                    continue
+                errors[key] = verdicts.binding_failed(key, node, str(exc))
                 self.observer.binding_failed()
-                if i + 1 < attempts:
-                    self.sleep(0.05 * 2 ** i)
-        return error
+                failed[key] = (uid, node)
+            pending = failed
+            if not pending:
+                break
+            if i + 1 < attempts:
+                self.sleep(0.05 * 2 ** i)
+        return {key: errors.get(key, "") for key in members}
 
     def _tick(self) -> float:
         """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""

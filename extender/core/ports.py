@@ -13,10 +13,13 @@ from extender.core.model import LevelChoice, NodeFacts, PodFacts
 
 
 class Binder(Protocol):
-    """Writes to the API server. Calls block and raise on failure; the service retries."""
+    """Writes to the API server. Calls block; the service retries."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> Sequence[Exception | None]:
+        """Create every (namespace, name, uid, node) Binding at once; per Binding None or the
+        error (its message carries the API server's words)."""
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Raises on failure."""
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
 

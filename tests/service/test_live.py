@@ -60,11 +60,16 @@ class MemoryBinder:
         self.fail = set(fail)
         self.lock = threading.Lock()
 
-    def bind(self, namespace, name, uid, node):
-        if f"{namespace}/{name}" in self.fail:
-            raise RuntimeError("Operation cannot be fulfilled: precondition failed")
-        with self.lock:
-            self.bound.append((f"{namespace}/{name}", node))
+    def bind_all(self, bindings):
+        outcomes = []
+        for namespace, name, uid, node in bindings:
+            if f"{namespace}/{name}" in self.fail:
+                outcomes.append(RuntimeError("Operation cannot be fulfilled: precondition failed"))
+                continue
+            with self.lock:
+                self.bound.append((f"{namespace}/{name}", node))
+            outcomes.append(None)
+        return outcomes
 
     def delete_pod(self, namespace, name, uid):
         self.deleted.append(f"{namespace}/{name}")
