@@ -34,8 +34,8 @@ TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
 
 
 class NoBinder:
-    def bind(self, namespace, name, uid, node):
-        pass
+    def bind_all(self, bindings):
+        return [None] * len(bindings)
 
     def delete_pod(self, namespace, name, uid):
         pass

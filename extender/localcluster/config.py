@@ -141,7 +141,10 @@ def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, An
     config["profiles"] = [profiles.get(name, {**copy.deepcopy(template), "schedulerName": name})
                           for name in SCHEDULER_NAMES]
     if extender_url is None:
+        # kube-scheduler alone runs its stock plugins: the reference profile's best-fit
+        # scoring on GPUs stands in for railyard's scores, so it goes with the extender.
         config.pop("extenders", None)
+        config["profiles"] = [{"schedulerName": name} for name in SCHEDULER_NAMES]
         return config
     base = extender_url.removesuffix("/scheduler")
     config["extenders"] = [

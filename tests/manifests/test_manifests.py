@@ -41,11 +41,14 @@ def test_the_reference_scheduler_config(base):
     assert cfg["percentageOfNodesToScore"] == 100
     assert cfg["leaderElection"]["leaderElect"] is True
     assert "kubeconfig" not in cfg["clientConnection"]  # in-cluster credentials
+    # Best fit is kube-scheduler's own scoring in railyard's profile, not a prioritize verb.
+    assert cfg["profiles"][0]["pluginConfig"] == [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 1}]}}}]
     (ext,) = cfg["extenders"]
     assert ext == {
         "urlPrefix": "http://127.0.0.1:8888/scheduler",
-        "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind",
-        "weight": 1, "nodeCacheCapable": True, "enableHTTPS": False,
+        "filterVerb": "filter", "preemptVerb": "preempt", "bindVerb": "bind",
+        "nodeCacheCapable": True, "enableHTTPS": False,
         "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
         "ignorable": False, "httpTimeout": "150s",
     }
@@ -158,7 +161,11 @@ def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_ma
                                                "ServiceAccount"]
     snippet = yaml.safe_load((MANIFESTS / "overlays" / "main-scheduler" / "scheduler-extender.yaml").read_text())
     reference = yaml.safe_load((MANIFESTS / "base" / "scheduler-config.yaml").read_text())
-    assert snippet["extenders"] == reference["extenders"]
+    # The same extender, plus the prioritize verb: the main scheduler's profiles keep their own
+    # scoring, so railyard scores the GPU pods (the base uses its profile's MostAllocated).
+    (ext,) = snippet["extenders"]
+    assert {k: v for k, v in ext.items() if k not in ("prioritizeVerb", "weight")} == reference["extenders"][0]
+    assert ext["prioritizeVerb"] == "prioritize" and ext["weight"] == 1
     assert snippet["percentageOfNodesToScore"] == 100
 
 
