@@ -37,8 +37,11 @@ def test_every_namespaced_object_names_its_namespace(base):
 def test_the_reference_scheduler_config(base):
     cfg = scheduler_config(base)
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
-    assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard"]
-    assert cfg["percentageOfNodesToScore"] == 100
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard", "railyard-sampled"]
+    assert cfg["percentageOfNodesToScore"] == 100  # gang members: their planned node must reach railyard
+    sampled = cfg["profiles"][1]
+    assert sampled["percentageOfNodesToScore"] == 0  # single pods: kube-scheduler's adaptive sample
+    assert sampled["pluginConfig"] == cfg["profiles"][0]["pluginConfig"]
     assert cfg["leaderElection"]["leaderElect"] is True
     assert "kubeconfig" not in cfg["clientConnection"]  # in-cluster credentials
     # Best fit is kube-scheduler's own scoring in railyard's profile, not a prioritize verb.
