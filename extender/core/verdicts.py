@@ -225,6 +225,12 @@ def node_unusable(node: str, why: str, gang: str) -> str:
     return f"node {node} became {why} while gang {gang} waited; planning again"
 
 
+def draining(gang: str, waited: float, bound: float, where: str, gpus: int) -> str:
+    return (f"gang {gang} has lacked room for {waited:.0f}s (starvation bound {bound:g}s, "
+            f"gangs.starvation_seconds): {gpus} GPUs it would be {where} once their pods finish are "
+            f"held for it, and no other gang or GPU pod is placed on them")
+
+
 def mark_failed(member: str, error: str) -> str:
     return f"recording the Binding round on {member} failed, so no member was bound: {error}"
 

@@ -1,0 +1,54 @@
+"""The starvation bound: a gang that has lacked room for ``gangs.starvation_seconds`` drains a domain.
+
+Without it, placement is first come, first placed: a large gang waits until enough GPUs are
+free at once in one domain, and smaller gangs that fit in the GPUs freed one pod at a time keep
+taking them (the ``contention`` benchmark: a 4 x 8 GPU gang waiting 132 s while 20 smaller gangs
+created after it were placed). Past the bound, the gang is planned on the cluster as it will be
+once every pod bound now has finished (``ClusterState.drained_view``), and the GPUs of that plan
+are reserved as they are and as they free up: no other gang or GPU pod is planned onto them.
+The gang then waits at most the bound plus the longest remaining runtime of the pods there.
+
+A drain binds nothing, so it cannot deadlock: drains are planned one after another, each seeing
+the ones before. A gang that would not fit even on the drained cluster drains nothing (it is
+too large, not starved). The gang's own drain is given back before each of its plans; a drain
+whose gang stops asking lapses after the bound (``GangBook.expire``).
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Sequence
+
+from extender.core import verdicts
+from extender.core.model import GangSpec
+from extender.core.planner import Constraints, Placement, plan
+from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.topology import Domain
+
+DRAIN = "#drain"
+"""Suffix of a drain's reservation key (and of its slots' member keys)."""
+
+
+def lapse(state: ClusterState, now: float) -> None:
+    """Give back the drains whose gang stopped asking (deleted, or placed)."""
+    for key in state.expired(now):
+        if key.endswith(DRAIN):
+            state.release(key)
+
+
+def drain(state: ClusterState, gang: str, spec: GangSpec, waited: float, bound: float,
+          refused: Collection[str], homes: Sequence[Domain], now: float) -> str:
+    """Reserve the gang's drain if it has lacked room for ``bound`` seconds; the words to add
+    to its reason ("" when it drains nothing)."""
+    if not bound or waited < bound:
+        return ""
+    drained = state.drained_view()
+    for home in homes or [None]:
+        result = plan(spec, drained, Constraints(refused, home))
+        if isinstance(result, Placement):
+            break
+    else:
+        return ""
+    slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
+    state.reserve(Reservation(gang + DRAIN, slots, now + bound))
+    return "; " + verdicts.draining(gang, waited, bound, verdicts.where_planned(state.topology, result),
+                                    sum(s.gpus for s in slots))
