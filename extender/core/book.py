@@ -190,7 +190,7 @@ class GangBook:
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
         gang, the domains it may use, nearest first (the first that holds it wins)."""
-        self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain is room for its own plan
+        drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = self.state.view()
         refused = {*refused, *rec.refused}
         result = None
@@ -208,7 +208,7 @@ class GangBook:
             if not result.invalid:
                 rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
                 rec.reason += starvation.drain(self.state, rec.key, spec, now - rec.unplaced_since,
-                                               self.starvation_seconds, refused, homes, now)
+                                               self.starvation_seconds, rec.refused, homes, now, drain)
             self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")

@@ -36,19 +36,29 @@ def lapse(state: ClusterState, now: float) -> None:
 
 
 def drain(state: ClusterState, gang: str, spec: GangSpec, waited: float, bound: float,
-          refused: Collection[str], homes: Sequence[Domain], now: float) -> str:
+          refused: Collection[str], homes: Sequence[Domain], now: float, previous: Reservation | None) -> str:
     """Reserve the gang's drain if it has lacked room for ``bound`` seconds; the words to add
-    to its reason ("" when it drains nothing)."""
+    to its reason ("" when it drains nothing).
+
+    ``refused``: the planned nodes kube-scheduler refused for this gang (not the nodes it left
+    out of this call: those are mostly the busy ones, which a drain is for). ``previous``: the
+    gang's drain until now, given back by the caller: kept where it still fits, so a drain
+    does not wander off the nodes it has already waited for."""
     if not bound or waited < bound:
         return ""
     drained = state.drained_view()
-    for home in homes or [None]:
-        result = plan(spec, drained, Constraints(refused, home))
-        if isinstance(result, Placement):
-            break
+    index = drained.topology.index
+    if previous is not None and all(s.node in index and drained.blocked[index[s.node]] is None
+                                    and drained.free[index[s.node]] >= s.gpus for s in previous.slots):
+        slots = previous.slots
     else:
-        return ""
-    slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
+        for home in homes or [None]:
+            result = plan(spec, drained, Constraints(refused, home))
+            if isinstance(result, Placement):
+                break
+        else:
+            return ""
+        slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
     state.reserve(Reservation(gang + DRAIN, slots, now + bound))
-    return "; " + verdicts.draining(gang, waited, bound, verdicts.where_planned(state.topology, result),
-                                    sum(s.gpus for s in slots))
+    nodes = sorted({s.node for s in slots})
+    return "; " + verdicts.draining(gang, waited, bound, nodes, sum(s.gpus for s in slots))
