@@ -1,5 +1,6 @@
-"""Fault matrix, processes (docs/faults.md): railyard killed in the middle of a Binding burst, and
-a leader failover of the HA shape of the manifests, on the real local cluster.
+"""Fault matrix, processes (docs/faults.md): railyard killed while members wait at bind and in the
+middle of a Binding burst, and a leader failover of the HA shape of the manifests, on the real
+local cluster.
 
 One cluster for the module: ``cluster up --replicas 2`` (two kube-schedulers electing a leader
 on Lease kube-system/railyard-scheduler, each with its own railyard), 10 kwok nodes x 8 GPUs::
@@ -67,6 +68,44 @@ def whole(watch: BindingWatch, core, ns: str, names: list[str]) -> str | None:
     return None
 
 
+def _failed_scheduling(core, ns: str, name: str) -> bool:
+    """The pod's PodScheduled condition is False: the attempt that was held at bind failed."""
+    pod = core.read_namespaced_pod(name, ns)
+    return any(c.type == "PodScheduled" and c.status == "False" for c in pod.status.conditions or [])
+
+
+def test_extender_killed_while_members_wait_then_restarted_binds_whole(cluster, ns):
+    core = cluster.core
+    lead = replicas.leader(cluster.workdir)
+    crash = gang_pods("crash", 4, timeout_seconds=100)
+    names = names_of(crash)
+    with BindingWatch(core, ns) as watch:
+        create_pods(core, ns, crash[:3])
+        wait_for(lambda: phase(cluster, lead["index"], ns, "crash") == "waiting at bind 3/4", 120,
+                 "three members held at bind")
+        replicas.kill(cluster.workdir, lead["index"], ("extender",))
+        killed = time.monotonic()
+        # The scheduler's held bind calls fail with the connection; it retries against the dead extender.
+        for name in names[:3]:
+            wait_for(lambda n=name: _failed_scheduling(core, ns, n), 60, f"{name}: the scheduler to see the failure")
+        assert watch.bound(names) == {}, "a member was bound while the extender was down"
+
+        replicas.restart(cluster.workdir, lead["index"], ("extender",))
+        ready = time.monotonic()
+        wait_for(lambda: phase(cluster, lead["index"], ns, "crash") == "waiting at bind 3/4", 60,
+                 "the restarted railyard to plan the gang again and hold three members at bind")
+        held = time.monotonic()
+        assert watch.bound(names) == {}, "a member was bound before the gang was complete"
+
+        create_pods(core, ns, crash[3:])
+        watch.wait_bound(names, 120, "the gang after the restart")
+        watch.assert_whole({"crash": names}, max_spread=MAX_SPREAD)
+        watch.assert_none_partial_now({"crash": names})
+        print(f"\nfault-figure extender SIGKILL while members wait: 0/4 bound while it was down; held again "
+              f"{held - ready:.1f}s after the new railyard was ready ({held - killed:.1f}s after the kill), "
+              f"bound whole once complete; 0 pods left partial")
+
+
 def test_extender_killed_mid_burst_gang_ends_whole(cluster, ns):
     core = cluster.core
     lead = replicas.leader(cluster.workdir)
@@ -87,7 +126,9 @@ def test_extender_killed_mid_burst_gang_ends_whole(cluster, ns):
         how = wait_for(lambda: whole(watch, core, ns, names), RECOVERY_BOUND, "the gang to end whole", interval=0.1)
         ended = time.monotonic()
         watch.assert_none_partial_now({"burst": names})
-        print(f"\nfault-figure extender SIGKILL mid-burst: {at_kill}/4 bound at the kill; {how} "
+        via = ("from the marks (GangCompleted)" if events(core, ns, "GangCompleted") else
+               "by a new plan of the unbound members" if how == "completed" else "(GangCompensated)")
+        print(f"\nfault-figure extender SIGKILL mid-burst: {at_kill}/4 bound at the kill; {how} {via} "
               f"{ended - ready:.1f}s after the new railyard was ready ({ended - killed:.1f}s after the kill); "
               f"0 pods left partial")
         if how == "completed":
