@@ -193,8 +193,8 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = self.state.view()
         refused = {*refused, *rec.refused}
-        result = None
-        for home in homes or [None]:
+        result = starvation.inside(spec, view, drain, refused)  # a drained gang lands where it drained
+        for home in [] if result else homes or [None]:
             result = plan(spec, view, Constraints(refused, home))
             if isinstance(result, Placement):
                 break

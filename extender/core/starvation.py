@@ -4,7 +4,7 @@ Without it, placement is first come, first placed: a large gang waits until enou
 free at once in one domain, and smaller gangs that fit in the GPUs freed one pod at a time keep
 taking them (the ``contention`` benchmark: a 4 x 8 GPU gang waiting 132 s while 20 smaller gangs
 created after it were placed). Past the bound, the gang is planned on the cluster as it will be
-once every pod bound now has finished (``ClusterState.drained_view``), and the GPUs of that plan
+once every pod bound now and every gang planned now has finished (``drained_view``), and the GPUs of that plan
 are reserved as they are and as they free up: no other gang or GPU pod is planned onto them.
 The gang then waits at most the bound plus the longest remaining runtime of the pods there.
 
@@ -21,11 +21,40 @@ from typing import Collection, Sequence
 from extender.core import verdicts
 from extender.core.model import GangSpec
 from extender.core.planner import Constraints, Placement, plan
-from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.state import ClusterState, Reservation, Slot, View
 from extender.core.topology import Domain
 
 DRAIN = "#drain"
 """Suffix of a drain's reservation key (and of its slots' member keys)."""
+
+
+def drained_view(state: ClusterState) -> View:
+    """The cluster as it will be once every pod bound now and every gang planned now has
+    finished: only drains take GPUs. (Counting the short-lived plans of small gangs would scatter
+    a large gang's drain over the GPUs they happen to leave, across the domains others need.)"""
+    v = state.view()
+    held = [0] * len(v.topology.names)
+    for key, reservation in state.reservations().items():
+        if key.endswith(DRAIN):
+            for s in reservation.slots:
+                held[v.topology.index[s.node]] += s.gpus
+    free = [state.node(name).gpus - held[i] for i, name in enumerate(v.topology.names)]
+    by_free: dict[int, set[int]] = {}
+    for i, f in enumerate(free):
+        if v.blocked[i] is None:
+            by_free.setdefault(f, set()).add(i)
+    return View(v.topology, free, v.blocked, v.taints, held, by_free, v.allocatable, v.taken,
+                v.labels_generation, v.masks)
+
+
+def inside(spec: GangSpec, view: View, drain: Reservation | None, refused: Collection[str]) -> Placement | None:
+    """The gang's plan on the nodes of its drain, once they hold it (so it lands where it
+    waited, not wherever GPUs happen to be free); None without a drain, or while it does not."""
+    if drain is None:
+        return None
+    outside = set(view.topology.names) - {s.node for s in drain.slots}
+    result = plan(spec, view, Constraints({*refused, *outside}, None))
+    return result if isinstance(result, Placement) else None
 
 
 def lapse(state: ClusterState, now: float) -> None:
@@ -46,7 +75,7 @@ def drain(state: ClusterState, gang: str, spec: GangSpec, waited: float, bound: 
     does not wander off the nodes it has already waited for."""
     if not bound or waited < bound:
         return ""
-    drained = state.drained_view()
+    drained = drained_view(state)
     index = drained.topology.index
     if previous is not None and all(s.node in index and drained.blocked[index[s.node]] is None
                                     and drained.free[index[s.node]] >= s.gpus for s in previous.slots):

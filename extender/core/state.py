@@ -252,18 +252,6 @@ class ClusterState:
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks)
 
-    def drained_view(self) -> View:
-        """The view as it will be once every pod bound now has finished: only reservations take
-        GPUs (a starving gang's drain is planned on it). A copy; other resources as they are."""
-        v = self.view()
-        free = [self._nodes[name].gpus - v.reserved[i] for i, name in enumerate(v.topology.names)]
-        by_free: dict[int, set[int]] = {}
-        for i, f in enumerate(free):
-            if v.blocked[i] is None:
-                by_free.setdefault(f, set()).add(i)
-        return View(v.topology, free, v.blocked, v.taints, v.reserved, by_free, v.allocatable, v.taken,
-                    v.labels_generation, v.masks)
-
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
         if n is None:
