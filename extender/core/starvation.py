@@ -16,7 +16,7 @@ whose gang stops asking lapses after the bound (``GangBook.expire``).
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.model import GangSpec
@@ -28,14 +28,15 @@ DRAIN = "#drain"
 """Suffix of a drain's reservation key (and of its slots' member keys)."""
 
 
-def drained_view(state: ClusterState) -> View:
+def drained_view(state: ClusterState, counted: Collection[str]) -> View:
     """The cluster as it will be once every pod bound now and every gang planned now has
-    finished: only drains take GPUs. (Counting the short-lived plans of small gangs would scatter
-    a large gang's drain over the GPUs they happen to leave, across the domains others need.)"""
+    finished: only the drains ``counted`` (reservation keys) take GPUs. (Counting the short-lived
+    plans of small gangs would scatter a large gang's drain over the GPUs they happen to leave,
+    across the domains others need.)"""
     v = state.view()
     held = [0] * len(v.topology.names)
     for key, reservation in state.reservations().items():
-        if key.endswith(DRAIN):
+        if key in counted:
             for s in reservation.slots:
                 held[v.topology.index[s.node]] += s.gpus
     free = [state.node(name).gpus - held[i] for i, name in enumerate(v.topology.names)]
@@ -64,18 +65,28 @@ def lapse(state: ClusterState, now: float) -> None:
             state.release(key)
 
 
-def drain(state: ClusterState, gang: str, spec: GangSpec, waited: float, bound: float,
-          refused: Collection[str], homes: Sequence[Domain], now: float, previous: Reservation | None) -> str:
-    """Reserve the gang's drain if it has lacked room for ``bound`` seconds; the words to add
-    to its reason ("" when it drains nothing).
+def drain(state: ClusterState, gang: str, spec: GangSpec, since: float, bound: float,
+          refused: Collection[str], homes: Sequence[Domain], now: float, previous: Reservation | None,
+          since_of: Callable[[str], float | None]) -> str:
+    """Reserve the gang's drain if it has lacked room since ``since`` for ``bound`` seconds;
+    the words to add to its reason ("" when it drains nothing).
+
+    Drains go by age: the drains of gangs starving since earlier count, those of younger ones
+    do not, and a younger drain on the nodes this one takes is given back (its gang plans
+    another on its next attempt). Without that, the many small gangs of a storm, starving too,
+    would drain every domain first and the oldest, largest gang none (``since_of``: since when
+    a gang has lacked room, None if it no longer does).
 
     ``refused``: the planned nodes kube-scheduler refused for this gang (not the nodes it left
     out of this call: those are mostly the busy ones, which a drain is for). ``previous``: the
     gang's drain until now, given back by the caller: kept where it still fits, so a drain
     does not wander off the nodes it has already waited for."""
+    waited = now - since
     if not bound or waited < bound:
         return ""
-    drained = drained_view(state)
+    ages = {k: since_of(k[: -len(DRAIN)]) for k in state.reservations() if k.endswith(DRAIN)}
+    older = {k for k, s in ages.items() if s is not None and (s, k) < (since, gang + DRAIN)}
+    drained = drained_view(state, older)
     index = drained.topology.index
     if previous is not None and all(s.node in index and drained.blocked[index[s.node]] is None
                                     and drained.free[index[s.node]] >= s.gpus for s in previous.slots):
@@ -88,6 +99,10 @@ def drain(state: ClusterState, gang: str, spec: GangSpec, waited: float, bound: 
         else:
             return ""
         slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
+    mine = {s.node for s in slots}
+    for key in set(ages) - older:
+        if mine & {s.node for s in state.reservations()[key].slots}:
+            state.release(key)
     state.reserve(Reservation(gang + DRAIN, slots, now + bound))
     nodes = sorted({s.node for s in slots})
     return "; " + verdicts.draining(gang, waited, bound, nodes, sum(s.gpus for s in slots))

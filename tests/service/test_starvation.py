@@ -138,3 +138,34 @@ def test_a_drain_is_planned_on_the_cluster_as_it_will_be_not_around_other_gangs_
     assert planned(ext, big()) == []
     drain = ext.state.reservations()[f"ml/big{DRAIN}"]
     assert {s.node for s in drain.slots} in ({"a1", "a2"}, {"b1", "b2"})
+
+
+def test_drains_go_by_age_the_oldest_starving_gang_takes_a_younger_ones_drain():
+    # Only nvl n1 ever holds a 2 x 8 GPU gang. The younger starving gang drains it first; the
+    # older one, asking next, takes it over; the younger one then drains nothing and waits behind.
+    drawing = "block b1\n  rack r1\n    nvl n1: a1[8/8] a2[8/8]\n    nvl n2: b1[8/8]\n"
+    binder, clock = MemoryBinder(), Clock()
+    ext = Extender(Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)), binder, clock=clock)
+    ext.relisted("nodes", topotext.load(drawing).nodes)
+    ext.relisted("pods", [pod("run-a", 8, node="a1")])
+    ext.relisted("podgroups", [])
+    names = ["a2", "b1"]  # a1 is busy: kube-scheduler leaves it out
+
+    def ask(name):
+        members = gang(name, 2, 8, annotations={"railyard.io/min-member": "2", **NVLINK})
+        for p in members:
+            ext.pod_upserted(p)
+        return [n for p in members for n in ext.filter(p, names).node_names]
+
+    assert ask("old") == []
+    clock.now += 10
+    assert ask("young") == []
+    clock.now += 65
+    assert ask("young") == []
+    assert {s.node for s in ext.state.reservations()[f"ml/young{DRAIN}"].slots} == {"a1", "a2"}
+    assert ask("old") == []
+    assert {s.node for s in ext.state.reservations()[f"ml/old{DRAIN}"].slots} == {"a1", "a2"}
+    assert f"ml/young{DRAIN}" not in ext.state.reservations()
+    assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.state.reservations()
+    reason = next(g["reason"] for g in ext.debug_gangs() if g["gang"] == "ml/young")
+    assert "lacked room" not in reason, reason
