@@ -207,9 +207,8 @@ class GangBook:
             rec.placement = None
             if not result.invalid:
                 rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
-                rec.reason += starvation.drain(self.state, rec.key, spec, rec.unplaced_since, self.starvation_seconds,
-                                               rec.refused, homes, now, drain,
-                                               lambda g: getattr(self._gangs.get(g), "unplaced_since", None))
+                rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
+                                               lambda g: self._gangs.get(g))
             self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")

@@ -16,7 +16,7 @@ whose gang stops asking lapses after the bound (``GangBook.expire``).
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.model import GangSpec
@@ -65,27 +65,29 @@ def lapse(state: ClusterState, now: float) -> None:
             state.release(key)
 
 
-def drain(state: ClusterState, gang: str, spec: GangSpec, since: float, bound: float,
-          refused: Collection[str], homes: Sequence[Domain], now: float, previous: Reservation | None,
-          since_of: Callable[[str], float | None]) -> str:
-    """Reserve the gang's drain if it has lacked room since ``since`` for ``bound`` seconds;
-    the words to add to its reason ("" when it drains nothing).
+def drain(state: ClusterState, rec: Any, spec: GangSpec, bound: float, homes: Sequence[Domain],
+          now: float, previous: Reservation | None, record: Callable[[str], Any]) -> str:
+    """Reserve the drain of the gang of ``rec`` if it has lacked room (``rec.unplaced_since``)
+    for ``bound`` seconds; the words to add to its reason ("" when it drains nothing).
 
-    Drains go by age: the drains of gangs starving since earlier count, those of younger ones
-    do not, and a younger drain on the nodes this one takes is given back (its gang plans
-    another on its next attempt). Without that, the many small gangs of a storm, starving too,
-    would drain every domain first and the oldest, largest gang none (``since_of``: since when
-    a gang has lacked room, None if it no longer does).
+    Drains go by the gangs' age (``first_seen``, then key): the drains of older starving gangs
+    count, younger ones' do not, and a younger drain on the nodes this one takes is given back
+    (its gang plans another on its next attempt). Without that, the many small gangs of a storm,
+    starving too, drain every domain first and the oldest, largest gang none. ``record``: the
+    book's record of a gang (``rec`` is one: ``key``, ``first_seen``, ``unplaced_since``,
+    ``refused``; the book imports this module, not the other way round).
 
-    ``refused``: the planned nodes kube-scheduler refused for this gang (not the nodes it left
-    out of this call: those are mostly the busy ones, which a drain is for). ``previous``: the
-    gang's drain until now, given back by the caller: kept where it still fits, so a drain
-    does not wander off the nodes it has already waited for."""
-    waited = now - since
+    Only the planned nodes kube-scheduler refused for this gang are left out (``rec.refused``),
+    not the nodes it left out of this call: those are mostly the busy ones, which a drain is
+    for. ``previous``: the gang's drain until now, given back by the caller: kept where it still
+    fits, so a drain does not wander off the nodes it has already waited for."""
+    gang, refused = rec.key, rec.refused
+    waited = now - rec.unplaced_since if rec.unplaced_since is not None else 0.0
     if not bound or waited < bound:
         return ""
-    ages = {k: since_of(k[: -len(DRAIN)]) for k in state.reservations() if k.endswith(DRAIN)}
-    older = {k for k, s in ages.items() if s is not None and (s, k) < (since, gang + DRAIN)}
+    others = {k: record(k[: -len(DRAIN)]) for k in state.reservations() if k.endswith(DRAIN)}
+    older = {k for k, o in others.items() if o is not None and o.unplaced_since is not None
+             and (o.first_seen, o.key) < (rec.first_seen, gang)}
     drained = drained_view(state, older)
     index = drained.topology.index
     if previous is not None and all(s.node in index and drained.blocked[index[s.node]] is None
@@ -100,7 +102,7 @@ def drain(state: ClusterState, gang: str, spec: GangSpec, since: float, bound: f
             return ""
         slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
     mine = {s.node for s in slots}
-    for key in set(ages) - older:
+    for key in set(others) - older:
         if mine & {s.node for s in state.reservations()[key].slots}:
             state.release(key)
     state.reserve(Reservation(gang + DRAIN, slots, now + bound))
