@@ -173,3 +173,24 @@ def test_a_binding_burst_caught_half_done_by_one_sample_is_no_deadlock():
     by_job["d"][1] = PodRecord("d-1", "d", 8, created=40.0)
     assert analysis._deadlocks(jobs, by_job, wait=30, end=100) == 1
     assert analysis._deadlocks(jobs, by_job, wait=30, end=59) == 0  # held 9 samples by then (51..59)
+
+
+def test_gang_timelines_show_a_burst_caught_by_one_sample_as_a_one_second_run(tmp_path):
+    import json
+
+    from bench.harness import timeline
+
+    (tmp_path / "jobs.json").write_text(json.dumps([
+        {"name": "c", "kind": "gang", "pods": 1, "gpus": 8, "at": 0.0, "runtime_s": None, "required": "nvl",
+         "preferred": None},
+        {"name": "d", "kind": "gang", "pods": 2, "gpus": 8, "at": 40.0, "runtime_s": None, "required": None,
+         "preferred": None}]))
+    (tmp_path / "arm-B").mkdir()
+    (tmp_path / "arm-B" / "pods.json").write_text(json.dumps([
+        {"name": "c-0", "job": "c", "gpus": 8, "created": 0.0, "bound": None, "node": None, "finished": None},
+        {"name": "d-0", "job": "d", "gpus": 8, "created": 40.0, "bound": 50.9, "node": "b1-r1-n1-h1", "finished": None},
+        {"name": "d-1", "job": "d", "gpus": 8, "created": 40.0, "bound": 51.3, "node": "b1-r1-n2-h1", "finished": None}]))
+    text = timeline.render(tmp_path, "B")
+    assert "| c | 1 x 8 | required nvl | 0.0 | - | - | - | - | - |" in text
+    assert "| d | 2 x 8 | - | 40.0 | 50.9 | 51.3 | 11.3 | - | b1-r1-n1, b1-r1-n2 |" in text
+    assert text.endswith("- c: 51-51 (1 s)\n")
