@@ -6,7 +6,8 @@ the service.
 Before the first Binding of a round, every member's pod is marked with the round (its id, the
 member's node, the round's size) through the Binder port: if this process dies in the middle
 of the burst, the next railyard to serve the scheduler finishes or undoes the round from the
-marks (``core.recovery``).
+marks (``core.recovery``). The same write carries the member's topology address (rank, slice,
+domain per level: ``core.address``), so no member runs without it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from extender.core import verdicts
+from extender.core.address import gang_addresses
 from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, Outcome, Reject, Wait
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, PermitRejected
-from extender.core.model import BindingMark
+from extender.core.model import Address, BindingMark
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, Observer
 from extender.settings import GangSettings
@@ -56,6 +58,8 @@ class PermitGate:
             if pod.gang.named and self.book.get(gang):
                 decision = self.book.permit(gang, key, uid, node, self.clock())
                 self._tell()
+            rec = self.book.get(gang) if isinstance(decision, Allow) else None
+            addresses = gang_addresses(self.book.state.topology, rec.placement) if rec is not None else {}
         match decision:
             case None:
                 error = self._bind_with_retries(key, uid, node)
@@ -68,7 +72,7 @@ class PermitGate:
                 with self._cond:
                     outcome = self._wait(gang, key, round_)
             case Allow(round=round_, members=members):
-                self._bind_gang(gang, members)
+                self._bind_gang(gang, members, addresses)
                 with self._cond:
                     outcome = self.book.outcome(gang, key, round_)
         _answer(outcome)
@@ -84,13 +88,13 @@ class PermitGate:
             self._cond.wait(timeout=max(min(self.book.deadline(gang) - now, 1.0), 0.01))
         return outcome
 
-    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
-        """Mark every member, then create every member's Binding at once; if some fail after
-        retries, evict the rest."""
+    def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]], addresses: dict[str, Address]) -> None:
+        """Mark every member (its round and its address), then create every member's Binding at
+        once; if some fail after retries, evict the rest."""
         round_ = uuid.uuid4().hex[:12]
         with ThreadPoolExecutor(max_workers=min(MAX_BINDING_THREADS, len(members))) as pool:
-            marks = list(pool.map(lambda item: self._mark(item[0], item[1][0], BindingMark(round_, item[1][1], len(members))),
-                                  members.items()))
+            marks = list(pool.map(lambda item: self._mark(item[0], item[1][0], BindingMark(
+                round_, item[1][1], len(members), addresses.get(item[0]))), members.items()))
             if any(marks):
                 # Nothing is bound yet: the round ends here, whole (the book compensates nothing).
                 first = next(m for m in marks if m)

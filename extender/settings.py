@@ -8,6 +8,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     gangs: {default_timeout_seconds: 60, bind_attempts: 3, settle_seconds: 5}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
+    dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
 """
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ class PlacementSettings:
     name) whose domains are the tier's HyperNodes. A Volcano PodGroup's hard ``highestTierAllowed:
     N`` is then the required level ``volcano_tiers[N-1]``. Empty: such a gang is not placed, and
     its reason says to set this (``highestTierName`` needs no mapping)."""
+
+
+@dataclass(frozen=True)
+class DraSettings:
+    """GPUs published as DRA devices (``resource.k8s.io/v1``); docs/reference.md, DRA."""
+
+    device_classes: tuple[str, ...] = ()
+    """DeviceClasses whose devices are GPUs, besides those whose ``extendedResourceName`` is
+    ``placement.gpu_resource``."""
+    rail_attribute: str = ""
+    """Device attribute naming a GPU's rail (its NIC rail or local index); without a domain it
+    is the driver's. Empty: rails are not read."""
+    topology_attributes: tuple[str, ...] = ()
+    """``ATTRIBUTE=LABEL``: a node whose GPU devices all carry the same value of ATTRIBUTE is
+    treated as labelled LABEL=value (unless it has that label)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,7 @@ class Settings:
     gangs: GangSettings = field(default_factory=GangSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""
     scheduler_config: str = ""
@@ -169,7 +186,16 @@ class Settings:
             problems.append("placement.volcano_tiers must list distinct, non-empty level keys")
         if not self.placement.gpu_resource:
             problems.append("placement.gpu_resource must not be empty")
+        for entry in self.dra.topology_attributes:
+            attribute, sep, label = entry.partition("=")
+            if not sep or not attribute.strip() or not label.strip():
+                problems.append(f"dra.topology_attributes entries must be ATTRIBUTE=LABEL, got {entry!r}")
         return problems
+
+    def topology_attributes(self) -> tuple[tuple[str, str], ...]:
+        """``dra.topology_attributes`` as (attribute, label) pairs."""
+        pairs = (e.partition("=") for e in self.dra.topology_attributes)
+        return tuple((a.strip(), lbl.strip()) for a, _, lbl in pairs)
 
 
 def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[Settings, list[str]]:

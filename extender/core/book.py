@@ -12,7 +12,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
              compensated(...)              the evictions are done: the gang starts again whole
-    events   member_deleted, node_deleted, expire(now), collect(now)
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
 every call and does the waiting and the Bindings (``extender/service.py``).
@@ -28,7 +29,7 @@ from typing import Callable, Collection, Sequence
 from extender.core import starvation, verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.planner import Constraints, NoPlacement, Placement, plan
+from extender.core.planner import Constraints, NoPlacement, Placement, named_slots, plan
 from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, claim_slot
@@ -243,8 +244,9 @@ class GangBook:
             slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
             if slot is not None:
                 # A member created after planning is a member all the same: deleting it must
-                # unreserve the gang like deleting any other.
+                # unreserve the gang like deleting any other; the plan names it from now on.
                 rec.members = (*rec.members, pod.key)
+                rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
         if slot is None:
             reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
             return FilterVerdict((), {}, {n: reason for n in names})
@@ -379,8 +381,9 @@ class GangBook:
                 continue
             reason = why
             if reason is None and node.taints and rec.spec is not None:
-                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS and not all(
-                    tolerates_all(e.tolerations, (t,)) for _, e in rec.spec.slots() if _ > 0)]
+                members = [e for gpus, e in rec.spec.slots() if gpus > 0]
+                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS
+                               and not all(tolerates_all(e.tolerations, (t,)) for e in members)]
                 if untolerated:
                     t = untolerated[0]
                     reason = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"

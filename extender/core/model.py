@@ -177,12 +177,13 @@ class GangRef:
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED)
+SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL)
 
 
 @dataclass(frozen=True)
 class Declaration:
-    """A gang-level value that a pod or its group declares: its size, timeout or topology."""
+    """A gang-level value that a pod or its group declares: its size, timeout, topology or slices."""
 
     role: str
     """One of ``ROLES``."""
@@ -207,6 +208,48 @@ class BindingMark:
     """The node the member is bound to in that round."""
     size: int
     """How many members the round binds."""
+    address: "Address | None" = None
+    """Where the plan put the member (rank, slice, domain per level), for its launcher to read."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """A member's domain at one level."""
+
+    level: str
+    """The level's key (a node label key)."""
+    name: str
+    """The level's short name (``leaf``, ``nvlink``...), else the last part of its key."""
+    domain: str
+    """The domain's whole path from the broadest level, ``s1/l2``: a value repeated under two
+    parents is two domains."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a gang member sits in its plan (``core.address``)."""
+
+    pod: str
+    """``<namespace>/<name>``; ``<gang>#<n>`` for a member not created yet."""
+    node: str
+    rank: int | None
+    slice: int | None
+    """None when the gang is not sliced (and for replacements)."""
+    domains: tuple[Place, ...]
+    """Broadest first; a level whose label the node lacks is left out."""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a ResourceClaim by name, or a template."""
+
+    name: str
+    """The entry's name in the pod."""
+    claim: str = ""
+    """The ResourceClaim's name: ``resourceClaimName``, or the claim made from the template as
+    ``status.resourceClaimStatuses`` names it; empty until that claim exists."""
+    template: str = ""
+    """``resourceClaimTemplateName``, or empty."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +264,8 @@ class PodFacts:
     """``spec.nodeName``; empty while unbound."""
     phase: str = ""
     gpus: int = 0
-    """The effective GPU request, as Kubernetes computes it."""
+    """The effective GPU request, as Kubernetes computes it; once ``core.ledger`` sized the
+    pod, plus the GPUs its ResourceClaims ask for."""
     rank: tuple[int, ...] | None = None
     declarations: tuple[Declaration, ...] = ()
     eligibility: Eligibility = Eligibility()
@@ -233,6 +277,8 @@ class PodFacts:
     """What railyard wrote on the pod before creating its Binding (a Binding round)."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
+    claims: tuple[PodClaim, ...] = ()
+    """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.ledger``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
@@ -290,6 +336,10 @@ class GangSpec:
     required: str | None = None
     """Level key every member must share one domain of, or None."""
     preferred: str | None = None
+    slice_size: int = 0
+    """GPU pods per slice (0: not sliced): each run of this many consecutive ranks shares one
+    domain of ``slice_level``."""
+    slice_level: str | None = None
     invalid: tuple[str, ...] = field(default=())
     """Problems with the request; a gang with any is not placed and these are its reason."""
     sized: bool = True

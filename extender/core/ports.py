@@ -21,6 +21,9 @@ class Binder(Protocol):
         """Record on the pod (if it still has this uid) the Binding round it is about to be bound in."""
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
+    def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Clear a ResourceClaim's allocation if it is still at ``resource_version``, as
+        kube-scheduler's DRA PostFilter does. Never blocks."""
 
 
 class Observer(Protocol):

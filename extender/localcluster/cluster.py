@@ -39,7 +39,7 @@ import urllib3
 import yaml
 
 from extender.localcluster import binaries as binaries_mod
-from extender.localcluster import config, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
@@ -78,12 +78,13 @@ class UpOptions:
     kueue_feature_gates: dict[str, bool] = field(default_factory=dict)
     """Kueue feature gates (its Configuration's ``featureGates``), e.g.
     ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
+    gpus_as_dra: bool = False
+    """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
     replicas: int = 1
     """kube-scheduler + railyard pairs (``--replicas``): above 1, the schedulers elect a leader
     on a Lease (``config.LEADER_LEASE``), each pair on its own ports, as the manifests run them."""
     extender_settings: dict[str, Any] = field(default_factory=dict)
-    """railyard settings by dotted name (``--extender-set gangs.binding_pause_seconds=2``), for
-    every railyard of the cluster (a settings file passed with ``--config``)."""
+    """railyard settings by dotted name, for every railyard (``--extender-set NAME=VALUE``)."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,11 @@ def _start_all(
     api = ApiClient(api_url, pki)
     wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
 
-    _say(log, f"creating {len(node_set.nodes)} nodes")
-    create_nodes(api, node_set)
+    _say(log, f"creating {len(node_set.nodes)} nodes" + (", their GPUs as DRA devices" if options.gpus_as_dra else ""))
+    if options.gpus_as_dra:
+        create_dra(api, node_set)
+    else:
+        create_nodes(api, node_set)
 
     stages_file = workdir / "kwok-stages.yaml"
     stages_file.write_text(config.kwok_stages_text())
@@ -199,6 +203,8 @@ def _start_all(
     for replica in replicas:
         rendered = config.render_scheduler_config(
             custom_config, kubeconfig_file, config.extender_base(replica.ports) if options.extender else None)
+        if options.gpus_as_dra and custom_config is None:
+            rendered = dra.without_managed_resources(rendered)
         (workdir / replica.config_name).write_text(config.dump_yaml(config.leader_election(rendered) if ha else rendered))
 
     if ext_url is not None:
@@ -421,8 +427,7 @@ def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
-        "replicas": [{**r.as_dict(), "extenderUrl": r.as_dict()["extenderUrl"] if ext_url else None}
-                     for r in replicas],
+        "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
     }
     if len(replicas) > 1:
         state["leaderLease"] = "/".join(config.LEADER_LEASE)
@@ -456,11 +461,12 @@ class ApiClient:
         )
         self._url = api_url
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
         data = None if body is None else nodes_mod.dumps(body)
         response = self._pool.request(
             method, self._url + path, body=data,
-            headers={"Content-Type": "application/json", "Accept": "application/json"})
+            headers={"Content-Type": content_type, "Accept": "application/json"})
         return response.status, response.data
 
     def ok(self, path: str) -> bool:
@@ -519,6 +525,27 @@ def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
             list(pool.map(lambda p: api.create(path, p), fillers))
 
 
+def create_dra(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
+    """``--gpus-as-dra``: the GPU DeviceClass, the nodes without allocatable GPUs, a
+    ResourceSlice per GPU node, and an allocated claim per node with GPUs in use."""
+    objects = dra.as_dra(node_set)
+    api.create(f"{dra.API}/deviceclasses", dra.DEVICE_CLASS)
+    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool:
+        list(pool.map(lambda n: api.create("/api/v1/nodes", n), objects.nodes))
+        list(pool.map(lambda s: api.create(f"{dra.API}/resourceslices", s), objects.slices))
+        if objects.claims:
+            api.create("/api/v1/namespaces", {
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nodes_mod.FILL_NAMESPACE}})
+        path = f"{dra.API}/namespaces/{nodes_mod.FILL_NAMESPACE}/resourceclaims"
+        list(pool.map(lambda c: api.create(path, c[0]), objects.claims))
+        for claim, status in objects.claims:
+            code, data = api.request("PATCH", f"{path}/{claim['metadata']['name']}/status", status,
+                                     content_type="application/merge-patch+json")
+            if code != 200:
+                raise ClusterError(f"allocating ResourceClaim {claim['metadata']['name']} failed: "
+                                   f"HTTP {code}: {_api_message(data)}")
+
+
 # ------------------------------------------------------------------ down/status
 
 def down(workdir: Path, log: TextIO = sys.stderr, quiet: bool = False) -> list[str]:
@@ -551,30 +578,6 @@ def down(workdir: Path, log: TextIO = sys.stderr, quiet: bool = False) -> list[s
     for leftover in ("etcd", "cluster.json"):
         _remove(workdir / leftover)
     return stopped
-
-
-def restart_extender(workdir: Path, log: TextIO = sys.stderr, timeout: float = 180.0) -> int:
-    """Stop the extender if it runs, start it again with the command line ``up`` gave it (same
-    port, so the scheduler's config still points at it), wait for /readyz; return its pid.
-
-    For crash tests (``kill -9``, then this) and for trying a changed extender on a running
-    cluster. The previous log is kept as ``logs/extender.log.1``.
-    """
-    workdir = Path(workdir).resolve()
-    try:
-        state = json.loads((workdir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        raise ClusterError(f"no running cluster in {workdir} (cluster.json missing)") from None
-    if not state.get("extender"):
-        raise ClusterError(f"the cluster in {workdir} runs without the extender (--no-extender)")
-    port = state["ports"]["extender"]
-    _say(log, f"restarting the railyard extender on 127.0.0.1:{port}")
-    try:
-        extender = processes.restart(workdir, "extender", processes.clean_env())
-    except FileNotFoundError as exc:
-        raise ClusterError(str(exc)) from None
-    wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{port}/readyz"), timeout)
-    return extender.pid
 
 
 @dataclass(frozen=True)

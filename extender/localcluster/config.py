@@ -102,10 +102,11 @@ class Replica:
     def config_name(self) -> str:
         return f"scheduler-config{self.suffix}.yaml"
 
-    def as_dict(self) -> dict[str, Any]:
-        """What ``cluster.json`` records of it."""
+    def as_dict(self, extender: bool = True) -> dict[str, Any]:
+        """What ``cluster.json`` records of it (``extender``: False with ``--no-extender``)."""
         return {"index": self.index, "scheduler": self.scheduler_name, "extender": self.extender_name,
-                "schedulerUrl": f"https://{HOST}:{self.ports.scheduler}", "extenderUrl": extender_url(self.ports),
+                "schedulerUrl": f"https://{HOST}:{self.ports.scheduler}",
+                "extenderUrl": extender_url(self.ports) if extender else None,
                 "grpc": f"{HOST}:{self.ports.extender_grpc}"}
 
 

@@ -103,9 +103,14 @@ def kill(workdir: Path, index: int, components: tuple[str, ...] = ("scheduler", 
 
 def restart(workdir: Path, index: int, components: tuple[str, ...] = ("extender", "scheduler"),
             timeout: float = 180.0) -> list[int]:
-    """Start the replica's processes again with their recorded command lines (extender first, as
-    ``up`` does), wait until each answers /readyz; return their pids."""
+    """Stop the replica's processes if they run and start them again with their recorded command
+    lines (extender first, as ``up`` does; same ports, so the schedulers' configs still point at
+    them), wait until each answers /readyz; return their pids. For crash tests (``kill -9``, then
+    this) and for trying a changed extender on a running cluster; each previous log is kept as
+    ``logs/<name>.log.1``."""
     r = replica(workdir, index)
+    if "extender" in components and not r.get("extenderUrl"):
+        raise ClusterError(f"the cluster in {workdir} runs without the extender (--no-extender)")
     pids = []
     for component in components:
         url = r["extenderUrl"].rsplit("/scheduler", 1)[0] if component == "extender" else r["schedulerUrl"]

@@ -74,7 +74,8 @@ class ClusterStarter:
                  extender: bool = False, scheduler_config: Path | None = None,
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
-                 replicas: int = 1, extender_settings: dict[str, Any] | None = None) -> Cluster:
+                 gpus_as_dra: bool = False, replicas: int = 1,
+                 extender_settings: dict[str, Any] | None = None) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
         if nodes is not None:
@@ -99,6 +100,8 @@ class ClusterStarter:
             args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in sorted(feature_gates.items()))]
         if runtime_config:
             args += ["--runtime-config", ",".join(runtime_config)]
+        if gpus_as_dra:
+            args.append("--gpus-as-dra")
         if replicas != 1:
             args += ["--replicas", str(replicas)]
         for key, value in (extender_settings or {}).items():

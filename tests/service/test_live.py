@@ -11,7 +11,7 @@ from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
 from extender.core import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
-from extender.service import TopologyExtender
+from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import GangSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -33,6 +33,8 @@ class Extender(TopologyExtender):
         super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
 
     def relisted(self, kind, objects):
+        if kind in DRA_KINDS:  # given as facts
+            return super().relisted(kind, objects)
         translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod}.get(kind, lambda o: TRANSLATE.group(o, kind))
         super().relisted(kind, [translate(o) for o in objects])
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
+from extender.adapters.kubeobjects.notes import address_annotations
 from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
     TIMEOUT,
     BindingMark,
     Declaration,
@@ -49,6 +53,11 @@ DECLARING_ANNOTATIONS = (
     ("kueue.x-k8s.io/podset-required-topology", REQUIRED, OTHER),
     ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
     ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
+    ("railyard.io/slice-size", SLICE_SIZE, RAILYARD),
+    # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
+    ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, OTHER),
+    ("railyard.io/slice-required-topology", SLICE_LEVEL, RAILYARD),
+    ("kueue.x-k8s.io/podset-slice-required-topology", SLICE_LEVEL, OTHER),
 )
 """Gang-level values a pod declares itself (``groups.py`` has the whole precedence table)."""
 
@@ -69,12 +78,15 @@ def gang_ref(pod: Mapping[str, Any]) -> GangRef:
 
 
 BINDING = "railyard.io/binding"
-"""Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``."""
+"""Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``,
+beside the member's address (``notes.address_annotations``)."""
 MAX_MARK_CHARS = 512
 
 
 def binding_annotations(mark: BindingMark) -> dict[str, str]:
-    return {BINDING: json.dumps({"round": mark.round, "node": mark.node, "size": mark.size}, separators=(",", ":"))}
+    """Everything railyard writes on a member before its Binding, in one merge patch."""
+    round_ = json.dumps({"round": mark.round, "node": mark.node, "size": mark.size}, separators=(",", ":"))
+    return {BINDING: round_, **(address_annotations(mark.address) if mark.address is not None else {})}
 
 
 def binding_mark(annotations: Mapping[str, str]) -> BindingMark | None:
@@ -115,6 +127,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         eligibility=where,
         problems=request_problems + where_problems,
         binding=binding_mark(annotations),
+        claims=pod_claims(pod),
     )
 
 
