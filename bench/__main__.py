@@ -23,7 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--arms", help="comma-separated arms to run instead of the scenario's, e.g. A,A100,B")
     again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")
     again.add_argument("--out", required=True, help="the directory a run wrote")
+    gangs = sub.add_parser("gangs", help="each gang's timeline in a finished run (the evidence behind deadlocked_gangs)")
+    gangs.add_argument("--out", required=True, help="the directory a run wrote")
+    gangs.add_argument("--arm", default="B", help="which arm (default B)")
     args = parser.parse_args(argv)
+    if args.command == "gangs":
+        from pathlib import Path
+
+        from bench.harness import timeline
+
+        print(timeline.render(Path(args.out), args.arm), end="")
+        return 0
     if args.command == "report":
         from pathlib import Path
 

@@ -119,7 +119,8 @@ class TopologyExtender(_DeviceSink):
         fixed = scheme.explicit(settings.placement.levels) if settings.placement.levels else None
         self._fixed_levels = fixed.levels if fixed else None
         self.state = ClusterState(self._fixed_levels or ())
-        self.book = GangBook(self.state, self.observer, on_step=self._publish)
+        self.book = GangBook(self.state, self.observer, on_step=self._publish,
+                             starvation_seconds=settings.gangs.starvation_seconds)
         self.pods = PodIndex()
         self.groups: dict[tuple[str, str], GroupFacts] = {}
         """By ``GroupFacts.id``: a pod reads the group its own convention names."""

@@ -80,6 +80,12 @@ class GangSettings:
     """A Binding round found partly bound (the process that issued it died, or lost leadership)
     is completed or compensated once it has stayed partial this long here with no plan of
     this process in progress for the gang."""
+    starvation_seconds: float = 60.0
+    """The starvation bound: a gang that has lacked room this long (smaller gangs kept taking
+    the GPUs freed before enough were free at once for it) drains the domain where it fits once
+    the pods there finish: no other gang or GPU pod is placed on those GPUs meanwhile. It then
+    waits at most this plus the longest remaining runtime on them. 0: never (first come, first
+    placed)."""
     binding_pause_seconds: float = 0.0
     """Fault injection for tests only: a pause between a gang's Bindings, which then go out one
     by one, so a test can kill the extender in the middle of a burst. Keep 0."""
@@ -166,6 +172,8 @@ class Settings:
         elif 0 < self.gangs.max_timeout_seconds < self.gangs.default_timeout_seconds:
             problems.append(f"gangs.default_timeout_seconds ({self.gangs.default_timeout_seconds:g}) must not exceed "
                             f"gangs.max_timeout_seconds ({self.gangs.max_timeout_seconds:g})")
+        if self.gangs.starvation_seconds < 0:
+            problems.append("gangs.starvation_seconds must not be negative (0 turns the starvation bound off)")
         if self.gangs.recovery_grace_seconds < 0 or self.gangs.binding_pause_seconds < 0:
             problems.append("gangs.recovery_grace_seconds and gangs.binding_pause_seconds must not be negative")
         if self.gangs.settle_seconds < 0:

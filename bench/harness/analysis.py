@@ -14,7 +14,9 @@ repeats them next to the keys):
 - partial-gang exposure: pod-seconds members spent bound while their gang was incomplete
   (until the gang completed, the member finished, or observation ended).
 - deadlocked gangs: gangs that waited longer than ``deadlock_wait_s`` (300 s full) while the
-  GPUs held by bound members of *other* incomplete gangs would have covered what they lacked.
+  GPUs held by bound members of *other* incomplete gangs would have covered what they lacked,
+  in every 1 s sample for ``deadlock_hold_s`` (10 s) in a row: a holding that persists, not a
+  gang's Binding burst caught between two of its members by one sample.
 - utilization: GPUs held by bound, unfinished pods over all GPUs, sampled each second.
 - fragmentation: the share of free GPUs that pods of the workload's per-pod sizes cannot use
   (sum over nodes of free mod size), weighted by each size's share of requested GPUs.
@@ -145,7 +147,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["partial_gang_pod_seconds"] = _r(exposure) if gangs else None
     series = _timeline(recs, caps, jobs, result.end)
     out["deadlocked_gangs"] = _deadlocks(gangs, by_job, float(workload.get("deadlock_wait_s", 300)),
-                                         result.end) if gangs else None
+                                         result.end, float(workload.get("deadlock_hold_s", 10))) if gangs else None
     out["utilization_mean"] = _r(sum(series["utilization"]) / len(series["utilization"])) if series["t"] else None
     frag = [f for f in series["fragmentation"] if f is not None]
     out["fragmentation_mean"] = _r(sum(frag) / len(frag)) if frag else None
@@ -301,7 +303,8 @@ def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job],
     return {"t": t_series, "utilization": util, "fragmentation": frag}
 
 
-def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float, end: float) -> int:
+def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float, end: float,
+               hold: float = 10.0) -> int:
     first_created = {j.name: min((m.created for m in by_job[j.name] if m.created is not None), default=None)
                      for j in gangs}
 
@@ -312,16 +315,21 @@ def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float
     def incomplete(job: Job, t: float) -> bool:
         return sum(1 for m in by_job[job.name] if m.bound is not None and m.bound <= t) < job.pods
 
-    dead = set()
-    for second in range(int(wait), int(end) + 1):
+    dead: set[str] = set()
+    run: dict[str, int] = defaultdict(int)
+    """gang -> consecutive samples so far in which others' partial holdings covered its lack."""
+    for second in range(0, int(end) + 1):
         waiting = [j for j in gangs if j.name not in dead and first_created[j.name] is not None
-                   and second - first_created[j.name] > wait and incomplete(j, second)]
-        if not waiting:
-            continue
+                   and second >= first_created[j.name] and incomplete(j, second)]
         partial = {j.name: held(j, second) * j.gpus for j in gangs if incomplete(j, second)}
+        blocked = set()
         for j in waiting:
             lacking = (j.pods - held(j, second)) * j.gpus
             if sum(v for name, v in partial.items() if name != j.name) >= lacking:
+                blocked.add(j.name)
+        for j in gangs:
+            run[j.name] = run[j.name] + 1 if j.name in blocked else 0
+            if run[j.name] >= hold and second - first_created[j.name] > wait:
                 dead.add(j.name)
     return len(dead)
 

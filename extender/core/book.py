@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
-from extender.core import verdicts
+from extender.core import starvation, verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
 from extender.core.planner import Constraints, NoPlacement, Placement, named_slots, plan
@@ -127,12 +127,18 @@ class GangRecord:
     bound_uids: set[str] = field(default_factory=set)
     """UIDs railyard bound for this gang: never members of a later round, even while the
     watch still shows them unbound."""
+    unplaced_since: float | None = None
+    """When planning it last started to fail for lack of room (None: it has a plan, or never
+    lacked room); past the starvation bound it drains a domain (``GangBook.starvation_seconds``)."""
 
 
 class GangBook:
     def __init__(self, state: ClusterState, observer: Observer | None = None,
-                 on_step: Callable[[GangRecord, Phase | None, Event | None], None] | None = None) -> None:
+                 on_step: Callable[[GangRecord, Phase | None, Event | None], None] | None = None,
+                 starvation_seconds: float = 0.0) -> None:
         self.state = state
+        self.starvation_seconds = starvation_seconds
+        """A gang that has lacked room this long drains a domain (``core.starvation``); 0: never."""
         self.observer: Observer = observer or NullObserver()
         self.on_step = on_step
         """Called after every transition (and once for a new gang), to publish it."""
@@ -185,10 +191,11 @@ class GangBook:
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
         gang, the domains it may use, nearest first (the first that holds it wins)."""
+        drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = self.state.view()
         refused = {*refused, *rec.refused}
-        result = None
-        for home in homes or [None]:
+        result = starvation.inside(spec, view, drain, refused)  # a drained gang lands where it drained
+        for home in [] if result else homes or [None]:
             result = plan(spec, view, Constraints(refused, home))
             if isinstance(result, Placement):
                 break
@@ -199,10 +206,15 @@ class GangBook:
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
             rec.placement = None
+            if not result.invalid:
+                rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
+                rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
+                                               lambda g: self._gangs.get(g))
             self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")
             return
+        rec.unplaced_since = None
         rec.deadline = now + spec.timeout_seconds
         rec.timeout_seconds = spec.timeout_seconds
         rec.spec = spec
@@ -383,6 +395,7 @@ class GangBook:
     def expire(self, now: float) -> bool:
         """Time out gangs whose deadline passed before every member waited at permit."""
         changed = False
+        starvation.lapse(self.state, now)
         for key in self.state.expired(now):
             rec = self._gangs.get(key)
             if rec is not None and rec.phase in (Phase.PLANNED, Phase.WAITING):

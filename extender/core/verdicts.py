@@ -248,6 +248,13 @@ def node_unusable(node: str, why: str, gang: str) -> str:
     return f"node {node} became {why} while gang {gang} waited; planning again"
 
 
+def draining(gang: str, waited: float, bound: float, nodes: list[str], gpus: int) -> str:
+    return (f"gang {gang} has lacked room for {waited:.0f}s (starvation bound {bound:g}s, "
+            f"gangs.starvation_seconds): {gpus} GPUs on {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
+            f"where it fits once their pods finish ({', '.join(nodes[:5])}{' ...' if len(nodes) > 5 else ''}) "
+            f"are held for it; no other gang or GPU pod is placed on them")
+
+
 def mark_failed(member: str, error: str) -> str:
     return f"recording the Binding round on {member} failed, so no member was bound: {error}"
 

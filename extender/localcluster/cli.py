@@ -1,4 +1,4 @@
-"""``railyard cluster up | down | status | restart-extender | build``: the local GPU cluster from the shell.
+"""``railyard cluster up | down | status | restart-extender | leader | restart-replica | build``: the local GPU cluster from the shell.
 
 ``up`` prints the admin kubeconfig path alone on stdout (scripts read it); everything else,
 progress included, goes to stderr. Every failure is one line on stderr and exit code 1.
@@ -11,7 +11,9 @@ import signal
 import sys
 from pathlib import Path
 
-from extender.localcluster import binaries, cluster
+import yaml
+
+from extender.localcluster import binaries, cluster, replicas
 from extender.localcluster.errors import ClusterError
 
 
@@ -52,6 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "integrations pod and batch/job")
     up.add_argument("--kueue-feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
                     help="Kueue feature gates, e.g. TopologyAwareScheduling=false (TAS is on by default)")
+    up.add_argument("--replicas", type=int, default=1, metavar="N",
+                    help="kube-scheduler + railyard pairs (default 1); above 1 the schedulers elect a "
+                         "leader on a Lease in kube-system, as the manifests' two replicas do")
+    up.add_argument("--extender-set", dest="extender_settings", type=_setting, action="append", default=[],
+                    metavar="NAME=VALUE",
+                    help="a railyard setting for every extender of the cluster, e.g. "
+                         "gangs.binding_pause_seconds=2 (repeatable; VALUE is read as YAML)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="how long each component may take to become healthy (default: 180)")
     up.set_defaults(func=run_up)
@@ -67,7 +76,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     restart = sub.add_parser("restart-extender",
                              help="stop the extender if it runs and start it again on the same port")
     _workdir(restart)
+    restart.add_argument("--replica", type=int, default=1, metavar="N", help="which replica's extender (default 1)")
     restart.set_defaults(func=run_restart_extender)
+
+    leader = sub.add_parser("leader", help="print the replica whose kube-scheduler leads (with --replicas)")
+    _workdir(leader)
+    leader.add_argument("--kill", action="store_true",
+                        help="SIGKILL the leading kube-scheduler and its railyard (a failover test)")
+    leader.set_defaults(func=run_leader)
+
+    replica = sub.add_parser("restart-replica",
+                             help="start a replica's railyard and kube-scheduler again (after `leader --kill`)")
+    _workdir(replica)
+    replica.add_argument("replica", type=int, metavar="N")
+    replica.set_defaults(func=run_restart_replica)
 
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.add_argument("--with-kueue", action="store_true",
@@ -100,6 +122,16 @@ def _gates(text: str) -> dict[str, bool]:
     return gates
 
 
+def _setting(text: str) -> tuple[str, object]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text!r}")
+    try:
+        return name, yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise argparse.ArgumentTypeError(f"{name}: value {value!r} is not YAML") from None
+
+
 def run_up(args: argparse.Namespace) -> int:
     options = cluster.UpOptions(
         workdir=args.workdir,
@@ -113,6 +145,8 @@ def run_up(args: argparse.Namespace) -> int:
         runtime_config=args.runtime_config,
         kueue=args.kueue,
         kueue_feature_gates=args.kueue_feature_gates,
+        replicas=args.replicas,
+        extender_settings=dict(args.extender_settings),
         gpus_as_dra=args.gpus_as_dra,
     )
     # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
@@ -158,10 +192,30 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_restart_extender(args: argparse.Namespace) -> int:
     try:
-        pid = cluster.restart_extender(args.workdir)
+        (pid,) = replicas.restart(args.workdir, args.replica, ("extender",))
     except ClusterError as exc:
         return _fail(exc)
     print(pid, flush=True)
+    return 0
+
+
+def run_leader(args: argparse.Namespace) -> int:
+    """Prints ``<index> <scheduler> <extender>`` of the leading replica (before a kill)."""
+    try:
+        lead = replicas.leader(args.workdir)
+        if args.kill:
+            replicas.kill(args.workdir, lead["index"])
+    except ClusterError as exc:
+        return _fail(exc)
+    print(lead["index"], lead["scheduler"], lead["extender"], flush=True)
+    return 0
+
+
+def run_restart_replica(args: argparse.Namespace) -> int:
+    try:
+        replicas.restart(args.workdir, args.replica)
+    except ClusterError as exc:
+        return _fail(exc)
     return 0
 
 

@@ -21,6 +21,7 @@ Workdir layout::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -79,6 +80,11 @@ class UpOptions:
     ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
     gpus_as_dra: bool = False
     """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
+    replicas: int = 1
+    """kube-scheduler + railyard pairs (``--replicas``): above 1, the schedulers elect a leader
+    on a Lease (``config.LEADER_LEASE``), each pair on its own ports, as the manifests run them."""
+    extender_settings: dict[str, Any] = field(default_factory=dict)
+    """railyard settings by dotted name, for every railyard (``--extender-set NAME=VALUE``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,14 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
         check_extender_available()
     if options.apiserver_port and processes.port_in_use(options.apiserver_port):
         raise ClusterError(f"port {options.apiserver_port} on 127.0.0.1 is in use; pick another --apiserver-port or 0")
+    if options.replicas < 1:
+        raise ClusterError(f"--replicas must be 1 or more, got {options.replicas}")
+    if options.extender_settings and not options.extender:
+        raise ClusterError("railyard settings were given with --no-extender")
+    try:
+        config.extender_settings(options.extender_settings)
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
     if options.kueue_feature_gates and not options.kueue:
         raise ClusterError("Kueue feature gates were given without --with-kueue")
     problems = kueue_mod.gate_problems(options.kueue_feature_gates) if options.kueue else []
@@ -149,14 +163,15 @@ def _start_all(
     log: TextIO,
     started: float,
 ) -> ClusterInfo:
-    ports = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None)
+    ports, replicas = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None, replicas=options.replicas)
     pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
     api_url = f"https://{config.HOST}:{ports.apiserver}"
     kubeconfig_file = workdir / "kubeconfig"
     kubeconfig_file.write_text(config.dump_yaml(config.kubeconfig(pki, api_url)))
     kubeconfig_file.chmod(0o600)
     ext_url = config.extender_url(ports) if options.extender else None
-    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "starting")
+    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "starting",
+                 replicas=replicas)
 
     env = processes.clean_env()
     timeout = options.timeout
@@ -184,29 +199,41 @@ def _start_all(
     kwok = processes.start(workdir, "kwok", config.kwok_args(bins.kwok, kubeconfig_file, stages_file, ports), env)
     wait_healthy(workdir, kwok, lambda: _http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
 
-    scheduler_config_file = workdir / "scheduler-config.yaml"
-    scheduler_config = config.render_scheduler_config(
-        custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)
-    if options.gpus_as_dra and custom_config is None:
-        scheduler_config = dra.without_managed_resources(scheduler_config)
-    scheduler_config_file.write_text(config.dump_yaml(scheduler_config))
+    ha = len(replicas) > 1
+    for replica in replicas:
+        rendered = config.render_scheduler_config(
+            custom_config, kubeconfig_file, config.extender_base(replica.ports) if options.extender else None)
+        if options.gpus_as_dra and custom_config is None:
+            rendered = dra.without_managed_resources(rendered)
+        (workdir / replica.config_name).write_text(config.dump_yaml(config.leader_election(rendered) if ha else rendered))
 
     if ext_url is not None:
         # Not admin: the ServiceAccount and RBAC from manifests/, so e2e tests prove them enough.
         extender_kubeconfig = workdir / "extender.kubeconfig"
         user = identity.create_extender_identity(api, pki.ca_cert, api_url, extender_kubeconfig)
-        _say(log, f"starting the railyard extender on 127.0.0.1:{ports.extender} as {user}")
-        extender = processes.start(
-            workdir, "extender", config.extender_args(extender_kubeconfig, scheduler_config_file, ports), env)
-        wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{ports.extender}/readyz"), timeout)
-    _say(log, "starting kube-scheduler" + (" (extender on)" if ext_url else " (no extender)"))
-    scheduler = processes.start(
-        workdir, "kube-scheduler",
-        config.scheduler_args(bins.kube_scheduler, scheduler_config_file, kubeconfig_file, ports)
-        + scheduler_extra, env)
-    wait_healthy(
-        workdir, scheduler,
-        lambda: _http_ok(f"https://{config.HOST}:{ports.scheduler}/readyz", insecure=True), timeout)
+        settings_file = None
+        if options.extender_settings:
+            settings_file = workdir / "railyard-settings.yaml"
+            settings_file.write_text(config.dump_yaml(config.extender_settings(options.extender_settings)))
+        for replica in replicas:
+            p = replica.ports
+            _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}")
+            extender = processes.start(
+                workdir, replica.extender_name,
+                config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
+                                     settings_file=settings_file), env)
+            wait_healthy(workdir, extender, lambda p=p: _http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
+    for replica in replicas:
+        p = replica.ports
+        _say(log, f"starting {replica.scheduler_name}" + (" (extender on)" if ext_url else " (no extender)")
+             + (f", leader election on Lease {'/'.join(config.LEADER_LEASE)}" if ha else ""))
+        scheduler = processes.start(
+            workdir, replica.scheduler_name,
+            config.scheduler_args(bins.kube_scheduler, workdir / replica.config_name, kubeconfig_file, p,
+                                  leader_elect=ha) + scheduler_extra, env)
+        wait_healthy(
+            workdir, scheduler,
+            lambda p=p: _http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
 
     kueue_state = None
     if kueue_sources is not None:
@@ -218,7 +245,8 @@ def _start_all(
     if missing:
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
-    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state)
+    _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state,
+                 replicas=replicas)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
@@ -342,7 +370,8 @@ def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
     return doc
 
 
-def _pick_ports(apiserver_port: int, kueue: bool = False) -> config.Ports:
+def _pick_ports(apiserver_port: int, kueue: bool = False,
+                replicas: int = 1) -> tuple[config.Ports, list[config.Replica]]:
     picked: set[int] = set()
 
     def fresh() -> int:
@@ -352,11 +381,14 @@ def _pick_ports(apiserver_port: int, kueue: bool = False) -> config.Ports:
                 picked.add(port)
                 return port
 
-    return config.Ports(
+    ports = config.Ports(
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
         scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
         **({"kueue_webhook": fresh(), "kueue_health": fresh(), "kueue_metrics": fresh()} if kueue else {}),
     )
+    more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh()))
+            for i in range(2, replicas + 1)]
+    return ports, [config.Replica(1, ports), *more]
 
 
 def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], bool], timeout: float) -> None:
@@ -390,11 +422,15 @@ def _http_ok(url: str, insecure: bool = False) -> bool:
 
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
-                 ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None) -> None:
+                 ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
+                 replicas: list[config.Replica] = ()) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+        "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
     }
+    if len(replicas) > 1:
+        state["leaderLease"] = "/".join(config.LEADER_LEASE)
     if kueue is not None:
         state["kueue"] = kueue
     (workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
@@ -542,30 +578,6 @@ def down(workdir: Path, log: TextIO = sys.stderr, quiet: bool = False) -> list[s
     for leftover in ("etcd", "cluster.json"):
         _remove(workdir / leftover)
     return stopped
-
-
-def restart_extender(workdir: Path, log: TextIO = sys.stderr, timeout: float = 180.0) -> int:
-    """Stop the extender if it runs, start it again with the command line ``up`` gave it (same
-    port, so the scheduler's config still points at it), wait for /readyz; return its pid.
-
-    For crash tests (``kill -9``, then this) and for trying a changed extender on a running
-    cluster. The previous log is kept as ``logs/extender.log.1``.
-    """
-    workdir = Path(workdir).resolve()
-    try:
-        state = json.loads((workdir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        raise ClusterError(f"no running cluster in {workdir} (cluster.json missing)") from None
-    if not state.get("extender"):
-        raise ClusterError(f"the cluster in {workdir} runs without the extender (--no-extender)")
-    port = state["ports"]["extender"]
-    _say(log, f"restarting the railyard extender on 127.0.0.1:{port}")
-    try:
-        extender = processes.restart(workdir, "extender", processes.clean_env())
-    except FileNotFoundError as exc:
-        raise ClusterError(str(exc)) from None
-    wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{port}/readyz"), timeout)
-    return extender.pid
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,54 @@ class Ports:
         return {k: v for k, v in self.__dict__.items() if v or not k.startswith("kueue_")}
 
 
+#: ``cluster up --replicas N`` (N > 1): kube-scheduler's leader election on a Lease in
+#: kube-system, with durations short enough for a failover test (defaults: 15 s / 10 s / 2 s).
+LEADER_LEASE = ("kube-system", "railyard-scheduler")
+LEADER_ELECTION_DURATIONS = {"leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One kube-scheduler and the railyard extender beside it: replica 1 is the only one by
+    default; ``--replicas N`` runs N pairs (the HA shape of the manifests), each scheduler's
+    config pointing at its own railyard."""
+
+    index: int
+    ports: Ports
+    """The cluster's ports with this pair's ``scheduler``, ``extender`` and ``extender_grpc``."""
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.index == 1 else f"-{self.index}"
+
+    @property
+    def scheduler_name(self) -> str:
+        """Its kube-scheduler's process name (pid and log file)."""
+        return "kube-scheduler" + self.suffix
+
+    @property
+    def extender_name(self) -> str:
+        return "extender" + self.suffix
+
+    @property
+    def config_name(self) -> str:
+        return f"scheduler-config{self.suffix}.yaml"
+
+    def as_dict(self, extender: bool = True) -> dict[str, Any]:
+        """What ``cluster.json`` records of it (``extender``: False with ``--no-extender``)."""
+        return {"index": self.index, "scheduler": self.scheduler_name, "extender": self.extender_name,
+                "schedulerUrl": f"https://{HOST}:{self.ports.scheduler}",
+                "extenderUrl": extender_url(self.ports) if extender else None,
+                "grpc": f"{HOST}:{self.ports.extender_grpc}"}
+
+
+def leader_election(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with kube-scheduler's leader election on (``--replicas`` above 1)."""
+    namespace, name = LEADER_LEASE
+    return {**config, "leaderElection": {"leaderElect": True, "resourceLock": "leases", "resourceName": name,
+                                         "resourceNamespace": namespace, **LEADER_ELECTION_DURATIONS}}
+
+
 #: In a ``--scheduler-config`` file, stands for ``http://127.0.0.1:<extender port>``.
 EXTENDER_URL_PLACEHOLDER = "$(EXTENDER_URL)"
 
@@ -277,11 +325,13 @@ def apiserver_args(binary: Path, pki: Pki, ports: Ports, cert_dir: Path) -> list
     ]
 
 
-def scheduler_args(binary: Path, config_file: Path, kubeconfig_file: Path, ports: Ports) -> list[str]:
+def scheduler_args(binary: Path, config_file: Path, kubeconfig_file: Path, ports: Ports,
+                   leader_elect: bool = False) -> list[str]:
     return [
         str(binary),
         f"--config={config_file}",
-        "--leader-elect=false",
+        # A set flag wins over the config's leaderElection.leaderElect (ApplyLeaderElectionTo).
+        f"--leader-elect={'true' if leader_elect else 'false'}",
         f"--bind-address={HOST}",
         f"--secure-port={ports.scheduler}",
         # Delegated authn/authz of its own endpoints goes to our API server. Skip the lookup of
@@ -311,8 +361,26 @@ def kwok_args(binary: Path, kubeconfig_file: Path, stages_file: Path, ports: Por
 
 
 def extender_args(kubeconfig_file: Path, scheduler_config_file: Path, ports: Ports,
-                  python: str = sys.executable) -> list[str]:
-    """``railyard serve`` on our ports; it checks the scheduler config's httpTimeout itself."""
+                  python: str = sys.executable, settings_file: Path | None = None) -> list[str]:
+    """``railyard serve`` on our ports; it checks the scheduler config's httpTimeout itself.
+    ``settings_file``: railyard settings (``cluster up --extender-set``)."""
     return [python, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig_file),
             "--listen", f"{HOST}:{ports.extender}", "--grpc-listen", f"{HOST}:{ports.extender_grpc}",
-            "--scheduler-config", str(scheduler_config_file)]
+            "--scheduler-config", str(scheduler_config_file),
+            *(["--config", str(settings_file)] if settings_file is not None else [])]
+
+
+def extender_settings(assignments: dict[str, Any]) -> dict[str, Any]:
+    """Dotted ``{"gangs.binding_pause_seconds": 2}`` as the nested mapping a settings file holds."""
+    doc: dict[str, Any] = {}
+    for path, value in assignments.items():
+        *parents, leaf = path.split(".")
+        here = doc
+        for part in parents:
+            here = here.setdefault(part, {})
+            if not isinstance(here, dict):
+                raise ValueError(f"setting {path}: {part} is given a value and also has sub-settings")
+        if isinstance(here.get(leaf), dict):
+            raise ValueError(f"setting {path} is given a value and also has sub-settings")
+        here[leaf] = value
+    return doc

@@ -161,3 +161,44 @@ def test_a_gang_bound_at_once_in_its_nvlink_domain_is_narrowest():
     pods["a-1"].node = "h1"
     out, _ = analysis.analyse(ArmResult("A", pods, 10.0, 1.0), jobs, DRAWING.nodes, {})
     assert out["narrowest_domain_fraction"] == 0.0
+
+
+def test_a_binding_burst_caught_half_done_by_one_sample_is_no_deadlock():
+    """The `contention` quick run of issue 11: a gang waiting past deadlock_wait_s, and another
+    gang whose two Bindings straddle a second; a single sample saw the second gang holding what
+    the first lacked. A deadlock is a holding that persists (deadlock_hold_s in a row)."""
+    from bench.harness.runner import PodRecord
+
+    jobs = [workload.Job("c", "gang", 1, 8, 0.0, None), workload.Job("d", "gang", 2, 8, 40.0, None)]
+    by_job = {
+        "c": [PodRecord("c-0", "c", 8, created=0.0)],
+        "d": [PodRecord("d-0", "d", 8, created=40.0, bound=50.9, node="h1"),
+              PodRecord("d-1", "d", 8, created=40.0, bound=51.3, node="h2")],
+    }
+    assert analysis._deadlocks(jobs, by_job, wait=30, end=100, hold=1) == 1  # the old one-sample rule
+    assert analysis._deadlocks(jobs, by_job, wait=30, end=100) == 0
+    # The same holding kept for 10 samples and more is a deadlock.
+    by_job["d"][1] = PodRecord("d-1", "d", 8, created=40.0)
+    assert analysis._deadlocks(jobs, by_job, wait=30, end=100) == 1
+    assert analysis._deadlocks(jobs, by_job, wait=30, end=59) == 0  # held 9 samples by then (51..59)
+
+
+def test_gang_timelines_show_a_burst_caught_by_one_sample_as_a_one_second_run(tmp_path):
+    import json
+
+    from bench.harness import timeline
+
+    (tmp_path / "jobs.json").write_text(json.dumps([
+        {"name": "c", "kind": "gang", "pods": 1, "gpus": 8, "at": 0.0, "runtime_s": None, "required": "nvl",
+         "preferred": None},
+        {"name": "d", "kind": "gang", "pods": 2, "gpus": 8, "at": 40.0, "runtime_s": None, "required": None,
+         "preferred": None}]))
+    (tmp_path / "arm-B").mkdir()
+    (tmp_path / "arm-B" / "pods.json").write_text(json.dumps([
+        {"name": "c-0", "job": "c", "gpus": 8, "created": 0.0, "bound": None, "node": None, "finished": None},
+        {"name": "d-0", "job": "d", "gpus": 8, "created": 40.0, "bound": 50.9, "node": "b1-r1-n1-h1", "finished": None},
+        {"name": "d-1", "job": "d", "gpus": 8, "created": 40.0, "bound": 51.3, "node": "b1-r1-n2-h1", "finished": None}]))
+    text = timeline.render(tmp_path, "B")
+    assert "| c | 1 x 8 | required nvl | 0.0 | - | - | - | - | - |" in text
+    assert "| d | 2 x 8 | - | 40.0 | 50.9 | 51.3 | 11.3 | - | b1-r1-n1, b1-r1-n2 |" in text
+    assert text.endswith("- c: 51-51 (1 s)\n")

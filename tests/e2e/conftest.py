@@ -74,7 +74,8 @@ class ClusterStarter:
                  extender: bool = False, scheduler_config: Path | None = None,
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
-                 gpus_as_dra: bool = False) -> Cluster:
+                 gpus_as_dra: bool = False, replicas: int = 1,
+                 extender_settings: dict[str, Any] | None = None) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
         if nodes is not None:
@@ -101,6 +102,10 @@ class ClusterStarter:
             args += ["--runtime-config", ",".join(runtime_config)]
         if gpus_as_dra:
             args.append("--gpus-as-dra")
+        if replicas != 1:
+            args += ["--replicas", str(replicas)]
+        for key, value in (extender_settings or {}).items():
+            args += ["--extender-set", f"{key}={json.dumps(value)}"]
         self._workdirs.append(workdir)  # before `up`: stop_all also cleans a half start
         result = run_railyard(*args, check=False)
         if result.returncode != 0:

@@ -41,10 +41,12 @@ class Cluster:
         """Run ``railyard cluster ARGS --workdir <this cluster>`` and return the result."""
         return run_railyard("cluster", *args, "--workdir", str(self.workdir), check=check)
 
-    def extender_gangs(self) -> dict[str, dict[str, Any]]:
-        """The extender's ``GET /debug/gangs``, by gang key; {} while it does not answer."""
+    def extender_gangs(self, replica: int = 1) -> dict[str, dict[str, Any]]:
+        """The extender's ``GET /debug/gangs`` (of ``replica``'s railyard, with ``--replicas``), by
+        gang key; {} while it does not answer."""
         state = json.loads((self.workdir / "cluster.json").read_text())
-        base = state["extender"].rsplit("/scheduler", 1)[0]
+        url = next((r["extenderUrl"] for r in state.get("replicas") or [] if r["index"] == replica), state["extender"])
+        base = url.rsplit("/scheduler", 1)[0]
         try:
             with urllib.request.urlopen(base + "/debug/gangs", timeout=5) as response:
                 body = json.loads(response.read())
@@ -257,6 +259,8 @@ class BindingWatch:
         """(pod name, phase) -> monotonic time first seen in that phase."""
         self.gang_of: dict[str, str] = {}
         """pod name -> its pod-group label, for every gang member seen."""
+        self.now: dict[str, str] = {}
+        """pod name -> node ("" while unbound) of every pod in the latest listing."""
         self.polls = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -284,6 +288,7 @@ class BindingWatch:
         now = time.monotonic()
         with self._lock:
             self.polls += 1
+            self.now = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName") or "" for p in items}
             for pod in items:
                 node = (pod.get("spec") or {}).get("nodeName")
                 name = pod["metadata"]["name"]
@@ -307,6 +312,19 @@ class BindingWatch:
             if phase is None:
                 return [self.first_bound[n][0] for n in names if n in self.first_bound]
             return [self.first_phase[(n, phase)] for n in names if (n, phase) in self.first_phase]
+
+    def bound_now(self, names: Iterable[str]) -> dict[str, str]:
+        """pod name -> node of each of ``names`` bound in the latest listing (deleted pods are not)."""
+        with self._lock:
+            return {n: self.now[n] for n in names if self.now.get(n)}
+
+    def assert_none_partial_now(self, gangs: dict[str, list[str]]) -> None:
+        """No gang is partly bound now: each has all of its members bound or none (members it
+        lost to eviction count as unbound): the "0 pods left partial" of the fault matrix."""
+        self.poll()
+        problems = [f"gang {g} is left partly bound: {len(b)}/{len(names)} ({sorted(b)})"
+                    for g, names in gangs.items() if 0 < len(b := self.bound_now(names)) < len(names)]
+        assert not problems, "; ".join(problems)
 
     def wait_bound(self, names: Iterable[str], timeout: float, what: str) -> dict[str, str]:
         names = list(names)

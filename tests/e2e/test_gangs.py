@@ -13,16 +13,12 @@ bound, fails the test whatever else it asserts. Pods are deleted (grace 0) after
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 from itertools import zip_longest
 from typing import Any, Iterable
 
 import pytest
-
-from extender.localcluster import processes
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, unique,
@@ -167,40 +163,7 @@ def test_gang_whose_last_member_comes_20s_late_binds_whole_once_complete(cluster
     wait_for_phase(core, ns, names, "Running")
 
 
-# -- e -----------------------------------------------------------------------------------------
-
-def test_extender_killed_while_gang_waits_at_bind_then_restarted_binds_whole(cluster, ns, watch):
-    core = cluster.core
-    crash = gang_pods("crash", 4)
-    names = names_of(crash)
-    create_pods(core, ns, crash[:3])
-    wait_for(lambda: gang_phase(cluster, ns, "crash") == "waiting at bind 3/4", BIND_TIMEOUT,
-             "three members held at bind")
-
-    (extender,) = [p for p in processes.recorded(cluster.workdir) if p.name == "extender"]
-    os.kill(extender.pid, signal.SIGKILL)
-    wait_for(lambda: not processes.is_alive(extender), 10, "the extender to die")
-    # The scheduler's held bind calls fail; give it time to retry against the dead extender.
-    for name in names[:3]:
-        wait_for(lambda n=name: _failed_scheduling(core, ns, n), 60, f"{name}: the scheduler to see the failure")
-    assert watch.bound(names) == {}, "a member was bound while the extender was down"
-
-    cluster.railyard("restart-extender")
-    wait_for(lambda: gang_phase(cluster, ns, "crash") == "waiting at bind 3/4", BIND_TIMEOUT,
-             "the restarted extender to plan the gang again and hold three members at bind")
-    assert watch.bound(names) == {}, "a member was bound before the gang was complete"
-
-    create_pods(core, ns, crash[3:])
-    watch.wait_bound(names, BIND_TIMEOUT, "the gang after the restart")
-    watch.assert_whole({"crash": names})
-    wait_for_phase(core, ns, names, "Running")
-
-
-def _failed_scheduling(core, ns: str, name: str) -> bool:
-    """The pod's PodScheduled condition is False: the attempt that was held at bind failed."""
-    pod = core.read_namespaced_pod(name, ns)
-    return any(c.type == "PodScheduled" and c.status == "False" for c in pod.status.conditions or [])
-
+# -- e: the extender killed while members wait at bind: tests/e2e/test_failover.py (the fault matrix)
 
 # -- f -----------------------------------------------------------------------------------------
 

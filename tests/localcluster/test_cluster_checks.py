@@ -148,3 +148,22 @@ def test_a_workdir_that_is_a_file(tmp_path):
     bins = Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
     with pytest.raises(ClusterError, match="cannot use workdir .*/w: "):
         cluster.up(_up(tmp_path, binaries=bins))
+
+
+def test_replicas_and_railyard_settings_are_checked_before_anything_starts(tmp_path):
+    with pytest.raises(ClusterError, match="--replicas must be 1 or more, got 0"):
+        cluster.up(_up(tmp_path, replicas=0))
+    with pytest.raises(ClusterError, match="railyard settings were given with --no-extender"):
+        cluster.up(_up(tmp_path, extender_settings={"gangs.binding_pause_seconds": 1}))
+    assert processes.recorded(tmp_path / "w") == []
+
+
+def test_extender_set_reads_each_value_as_yaml():
+    parser = cli.argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["cluster", "up", "--replicas", "2", "--extender-set", "gangs.binding_pause_seconds=2",
+                              "--extender-set", "gangs.recovery_grace_seconds=0.5"])
+    assert args.replicas == 2
+    assert dict(args.extender_settings) == {"gangs.binding_pause_seconds": 2, "gangs.recovery_grace_seconds": 0.5}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["cluster", "up", "--extender-set", "no-equals-sign"])

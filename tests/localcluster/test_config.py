@@ -144,3 +144,52 @@ def test_feature_flags_go_to_both_components_runtime_config_to_the_api_server_on
     assert api == [gates, "--runtime-config=scheduling.k8s.io/v1beta1=true"]
     assert sched == [gates]
     assert config.feature_flags() == ([], [])
+
+
+# -- --replicas and --extender-set ------------------------------------------------------------------
+
+def test_a_second_replica_has_its_own_names_and_ports_and_points_at_its_own_railyard():
+    import dataclasses
+
+    second = config.Replica(2, dataclasses.replace(PORTS, scheduler=20259, extender=9888, extender_grpc=9889))
+    first = config.Replica(1, PORTS)
+    assert (first.scheduler_name, first.extender_name, first.config_name) == (
+        "kube-scheduler", "extender", "scheduler-config.yaml")  # the default cluster's names, unchanged
+    assert (second.scheduler_name, second.extender_name, second.config_name) == (
+        "kube-scheduler-2", "extender-2", "scheduler-config-2.yaml")
+    assert second.as_dict() == {"index": 2, "scheduler": "kube-scheduler-2", "extender": "extender-2",
+                                "schedulerUrl": "https://127.0.0.1:20259",
+                                "extenderUrl": "http://127.0.0.1:9888/scheduler", "grpc": "127.0.0.1:9889"}
+    cfg = config.scheduler_config(Path("/w/k"), config.extender_url(second.ports))
+    assert [e["urlPrefix"] for e in cfg["extenders"]] == ["http://127.0.0.1:9888/scheduler"]
+
+
+def test_replicas_elect_a_leader_on_a_lease_in_kube_system_with_short_durations(tmp_path):
+    cfg = config.leader_election(config.scheduler_config(Path("/w/k"), None))
+    assert cfg["leaderElection"] == {"leaderElect": True, "resourceLock": "leases",
+                                     "resourceName": "railyard-scheduler", "resourceNamespace": "kube-system",
+                                     "leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"}
+    # The flag wins over the config in kube-scheduler, so it must say the same.
+    assert "--leader-elect=true" in config.scheduler_args(Path("/b"), tmp_path / "s", tmp_path / "k", PORTS,
+                                                          leader_elect=True)
+    assert "--leader-elect=false" in config.scheduler_args(Path("/b"), tmp_path / "s", tmp_path / "k", PORTS)
+
+
+def test_extender_settings_become_a_nested_settings_file_passed_with_config():
+    assert config.extender_settings({"gangs.binding_pause_seconds": 2, "gangs.recovery_grace_seconds": 3,
+                                     "server.prefix": "/x"}) == {
+        "gangs": {"binding_pause_seconds": 2, "recovery_grace_seconds": 3}, "server": {"prefix": "/x"}}
+    argv = config.extender_args(Path("/w/k"), Path("/w/s.yaml"), PORTS, python="/py", settings_file=Path("/w/r.yaml"))
+    assert argv[-2:] == ["--config", "/w/r.yaml"]
+    try:
+        config.extender_settings({"gangs": 1, "gangs.x": 2})
+    except ValueError as exc:
+        assert "gangs" in str(exc)
+    else:
+        raise AssertionError("a setting that is both a value and a mapping must be refused")
+    try:
+        config.extender_settings({"gangs.x": 2, "gangs": 1})
+    except ValueError as exc:
+        assert "gangs" in str(exc)
+    else:
+        raise AssertionError("a setting that is both a value and a mapping must be refused, in either order")

@@ -1,0 +1,171 @@
+"""The starvation bound (core/starvation.py): a gang that has lacked room for
+``gangs.starvation_seconds`` drains the domain where it fits once the running pods finish, so
+smaller gangs that arrive later no longer take the GPUs it waits for. The real service, an
+in-memory Binder, a manual clock.
+
+    rack r1:  nvl n1: a1 a2     nvl n2: b1 b2      (8 GPUs each)
+
+``run-a`` and ``run-b`` (8 GPUs, bound on a1 and b1) run; ``big`` needs 2 x 8 GPUs within one
+NVLink domain, which no domain has free until a run finishes.
+"""
+
+from __future__ import annotations
+
+from extender import topotext
+from extender.core.starvation import DRAIN
+from extender.settings import GangSettings, Settings
+from tests.service.test_live import Clock, Extender, MemoryBinder
+from tests.topologies import gang, pod
+
+DRAWING = """
+block b1
+  rack r1
+    nvl n1: a1[8/8] a2[8/8]
+    nvl n2: b1[8/8] b2[8/8]
+"""
+NODES = ["a1", "a2", "b1", "b2"]
+NVLINK = {"railyard.io/required-topology": "nvlink"}
+
+
+def cluster(starvation: float):
+    binder, clock = MemoryBinder(), Clock()
+    ext = Extender(Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=starvation)), binder, clock=clock)
+    ext.relisted("nodes", topotext.load(DRAWING).nodes)
+    running = [pod("run-a", 8, node="a1"), pod("run-b", 8, node="b1")]
+    ext.relisted("pods", running)
+    ext.relisted("podgroups", [])
+    return ext, clock, running
+
+
+def big():
+    return gang("big", 2, 8, annotations={"railyard.io/min-member": "2", **NVLINK})
+
+
+BUSY = {"a1", "b1"}
+"""Nodes whose GPUs bound pods use: kube-scheduler's own NodeResourcesFit leaves them out of the
+NodeNames it sends (railyard's reservations it does not know)."""
+
+
+def sent(busy) -> list[str]:
+    return [n for n in NODES if n not in busy]
+
+
+def planned(ext, pods, busy=BUSY) -> list[str]:
+    """Create and filter every member; the one node each may go to ([] where it may go nowhere)."""
+    for p in pods:
+        ext.pod_upserted(p)
+    return [n for p in pods for n in ext.filter(p, sent(busy)).node_names]
+
+
+def finish(ext, p):
+    done = {**p, "status": {"phase": "Succeeded"}}
+    ext.pod_upserted(done)
+
+
+def test_without_the_bound_a_later_small_gang_takes_the_gpus_a_starving_gang_waits_for():
+    ext, clock, _ = cluster(starvation=0)
+    assert planned(ext, big()) == []
+    clock.now += 120
+    assert planned(ext, big()) == []
+    assert planned(ext, gang("small", 1, 8, annotations=NVLINK)) in (["a2"], ["b2"])
+    assert DRAIN not in "".join(ext.state.reservations())
+
+
+def test_past_the_bound_the_starving_gang_drains_a_domain_and_binds_there_once_it_frees():
+    ext, clock, running = cluster(starvation=60)
+    assert planned(ext, big()) == []
+    clock.now += 59
+    assert planned(ext, big()) == [] and DRAIN not in "".join(ext.state.reservations()), "drained before the bound"
+    clock.now += 2
+    assert planned(ext, big()) == []
+    drain = ext.state.reservations()[f"ml/big{DRAIN}"]
+    domain = {s.node for s in drain.slots}
+    assert domain in ({"a1", "a2"}, {"b1", "b2"}) and drain.gpus == 16
+    reason = ext.debug_gangs()[0]["reason"]
+    assert reason.endswith(
+        f"; gang ml/big has lacked room for 61s (starvation bound 60s, gangs.starvation_seconds): 16 GPUs on 2 "
+        f"nodes where it fits once their pods finish ({', '.join(sorted(domain))}) are held for it; no other gang "
+        f"or GPU pod is placed on them"), reason
+
+    # A smaller gang that arrives now cannot take the drained domain's free node; the other one it may.
+    free_node = ({"a2", "b2"} & domain).pop()
+    other_free = ({"a2", "b2"} - domain).pop()
+    assert free_node != other_free
+    assert list(ext.filter(pod("single", 4), sent(BUSY)).node_names) == [other_free]  # a GPU pod of no gang too
+    assert planned(ext, gang("small", 1, 8, annotations=NVLINK)) == [other_free]
+
+    # The drain stays where it is while the gang keeps asking.
+    clock.now += 30
+    assert planned(ext, big()) == [] and {s.node for s in ext.state.reservations()[f"ml/big{DRAIN}"].slots} == domain
+    # The run in the drained domain finishes: the starving gang is planned there, whole.
+    done = next(p for p in running if p["spec"]["nodeName"] in domain)
+    finish(ext, done)
+    assert sorted(planned(ext, big(), busy=BUSY - {done["spec"]["nodeName"]})) == sorted(domain)
+    assert f"ml/big{DRAIN}" not in ext.state.reservations()
+
+
+def test_a_gang_too_large_for_any_domain_even_drained_drains_nothing():
+    ext, clock, _ = cluster(starvation=60)
+    giant = gang("giant", 3, 8, annotations={"railyard.io/min-member": "3", **NVLINK})
+    assert planned(ext, giant) == []
+    clock.now += 120
+    assert planned(ext, giant) == []
+    assert ext.state.reservations() == {}
+    assert planned(ext, gang("small", 1, 8, annotations=NVLINK)) in (["a2"], ["b2"])
+
+
+def test_a_drain_whose_gang_stops_asking_lapses_after_the_bound():
+    ext, clock, _ = cluster(starvation=60)
+    members = big()
+    planned(ext, members)
+    clock.now += 61
+    planned(ext, members)
+    assert f"ml/big{DRAIN}" in ext.state.reservations()
+    for p in members:
+        ext.pod_deleted(p)
+    clock.now += 61
+    assert planned(ext, gang("small", 2, 8, annotations={"railyard.io/min-member": "2"})) != []
+    assert f"ml/big{DRAIN}" not in ext.state.reservations()
+
+
+def test_a_drain_is_planned_on_the_cluster_as_it_will_be_not_around_other_gangs_short_plans():
+    # Two small gangs hold plans on a2 and b2 (about to bind, then to run and finish like the
+    # others): counting them would leave no domain for the drain, or scatter it.
+    ext, clock, _ = cluster(starvation=60)
+    assert planned(ext, big()) == []
+    clock.now += 61
+    assert sorted(planned(ext, gang("s1", 1, 8, annotations=NVLINK)) + planned(ext, gang("s2", 1, 8, annotations=NVLINK))) == ["a2", "b2"]
+    assert planned(ext, big()) == []
+    drain = ext.state.reservations()[f"ml/big{DRAIN}"]
+    assert {s.node for s in drain.slots} in ({"a1", "a2"}, {"b1", "b2"})
+
+
+def test_drains_go_by_age_the_oldest_starving_gang_takes_a_younger_ones_drain():
+    # Only nvl n1 ever holds a 2 x 8 GPU gang. The younger starving gang drains it first; the
+    # older one, asking next, takes it over; the younger one then drains nothing and waits behind.
+    drawing = "block b1\n  rack r1\n    nvl n1: a1[8/8] a2[8/8]\n    nvl n2: b1[8/8]\n"
+    binder, clock = MemoryBinder(), Clock()
+    ext = Extender(Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)), binder, clock=clock)
+    ext.relisted("nodes", topotext.load(drawing).nodes)
+    ext.relisted("pods", [pod("run-a", 8, node="a1")])
+    ext.relisted("podgroups", [])
+    names = ["a2", "b1"]  # a1 is busy: kube-scheduler leaves it out
+
+    def ask(name):
+        members = gang(name, 2, 8, annotations={"railyard.io/min-member": "2", **NVLINK})
+        for p in members:
+            ext.pod_upserted(p)
+        return [n for p in members for n in ext.filter(p, names).node_names]
+
+    assert ask("old") == []
+    clock.now += 10
+    assert ask("young") == []
+    clock.now += 65
+    assert ask("young") == []
+    assert {s.node for s in ext.state.reservations()[f"ml/young{DRAIN}"].slots} == {"a1", "a2"}
+    assert ask("old") == []
+    assert {s.node for s in ext.state.reservations()[f"ml/old{DRAIN}"].slots} == {"a1", "a2"}
+    assert f"ml/young{DRAIN}" not in ext.state.reservations()
+    assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.state.reservations()
+    reason = next(g["reason"] for g in ext.debug_gangs() if g["gang"] == "ml/young")
+    assert "lacked room" not in reason, reason
