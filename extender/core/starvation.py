@@ -16,6 +16,8 @@ whose gang stops asking lapses after the bound (``GangBook.expire``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any, Callable, Collection, Sequence
 
 from extender.core import verdicts
@@ -44,8 +46,8 @@ def drained_view(state: ClusterState, counted: Collection[str]) -> View:
     for i, f in enumerate(free):
         if v.blocked[i] is None:
             by_free.setdefault(f, set()).add(i)
-    return View(v.topology, free, v.blocked, v.taints, held, by_free, v.allocatable, v.taken,
-                v.labels_generation, v.masks)
+    reserved_nodes = {name: held[i] for i, name in enumerate(v.topology.names) if held[i]}
+    return replace(v, free=free, reserved=held, by_free=by_free, reserved_nodes=reserved_nodes)
 
 
 def inside(spec: GangSpec, view: View, drain: Reservation | None, refused: Collection[str]) -> Placement | None:
