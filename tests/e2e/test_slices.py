@@ -16,7 +16,7 @@ import kubernetes
 import pytest
 import yaml
 
-from .helpers import BindingWatch, create_pods, delete_pods, names_of, namespace, node_labels, wait_for, wait_for_phase
+from .helpers import BindingWatch, create_pods, delete_pods, namespace, node_labels, wait_for, wait_for_phase
 
 pytestmark = pytest.mark.e2e
 
