@@ -25,7 +25,7 @@ from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
 from extender.core.preemption import vet_victims
-from extender.core.single import best_fit_scores, filter_single, planned_scores
+from extender.core.single import best_fit_scores, filter_single, filter_unreadable, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
 from extender.gate import PermitGate
@@ -132,6 +132,10 @@ class TopologyExtender:
     # -- filter / prioritize -----------------------------------------------------------------
 
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
+        if pod.problems and (pod.gpus == 0 or not pod.gang.named):
+            # Unreadable values (GPUs "abc" or "500m" are not 0 GPUs): nowhere, with the reason.
+            # A GPU member's problems are its gang's reason, below.
+            return filter_unreadable(pod.key, pod.problems, node_names)
         if pod.gpus == 0:
             return FilterVerdict(tuple(node_names))
         with self._cond:
@@ -142,7 +146,7 @@ class TopologyExtender:
                 # Serving starts before the lists finish (a restart, kill -9 included): a plan
                 # made on nodes without their pods would promise GPUs that are in use.
                 raise NotReady(verdicts.still_listing(sorted(set(KINDS) - self._synced), pod.gang.key))
-            self.pods.filtered(pod)
+            self.pods.filtered(pod, now)
             if not pod.gang.named:
                 return filter_single(self.state.view(), pod.gpus, node_names)
             rec = self.book.record(pod.gang.key, now)
@@ -155,7 +159,9 @@ class TopologyExtender:
                 verdict = self.book.steer(rec, pod, node_names)
                 if rec.round == before:
                     break
-            if rec.phase not in HOLDING:
+            if rec.phase not in HOLDING and not self.pods.unshown_pod(pod.key):
+                # Events only about pods the watch shows: a pod that exists nowhere else (a
+                # client naming pods at will) costs the API server nothing.
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
             if rec.round != round_:
                 self._cond.notify_all()
@@ -195,9 +201,21 @@ class TopologyExtender:
         self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
-        """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
+        """Apply time: expired deadlines end their rounds; pods only filter has seen, past their
+        time or the bounds, are forgotten as if deleted; forgotten gangs are collected."""
         now = self.clock()
-        if self.book.expire(now):
+        changed = self.book.expire(now)
+        crowded, expired = self.pods.expire(now, self.state)
+        for pods, why in ((crowded, f"more than {self.pods.max_unshown} pods or "
+                                    f"{self.pods.max_unshown_bytes >> 20} MiB known only from filter"),
+                          (expired, f"not within {self.pods.ttl:g}s of its last filter call")):
+            for pod in pods:
+                if pod.gang.named:
+                    changed |= self.book.member_deleted(pod.gang.key, pod.key,
+                                                        verdicts.member_unshown(pod.key, pod.gang.key, why))
+            if pods:
+                self.observer.pods_forgotten(len(pods))
+        if changed:
             self._cond.notify_all()
         self.book.collect(now, self.pods.has_pending)
         return now

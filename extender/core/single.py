@@ -1,6 +1,7 @@
 """Policy for pods that name no gang, and scores: O(names) over the counters, nothing reserved.
 
-- filter: a node passes when it has the pod's GPUs free after every gang's reservation and
+- filter: a pod with a value railyard could not read passes no node (the reason on each);
+  else a node passes when it has the pod's GPUs free after every gang's reservation and
   takes placements (not cordoned, not NotReady); a node railyard has not cached yet passes
   (kube-scheduler's own fit check decides).
 - prioritize: best fit, 0..10 in steps of the node's GPU count (fewer GPUs left free scores
@@ -17,6 +18,13 @@ from extender.core.state import View
 from extender.core.verdicts import FilterVerdict
 
 MAX_SCORE = 10
+
+
+def filter_unreadable(pod: str, problems: tuple[str, ...], names: Sequence[str]) -> FilterVerdict:
+    """A pod with values the translator could not read (GPUs among them: ``abc`` is not 0 GPUs)
+    is placed nowhere, as a gang with a problem is: the reason on every node, unresolvable."""
+    reason = verdicts.unreadable_pod(pod, problems)
+    return FilterVerdict((), {}, {n: reason for n in names})
 
 
 def filter_single(view: View, gpus: int, names: Sequence[str]) -> FilterVerdict:
