@@ -62,7 +62,8 @@ class TopologyExtender:
                                self._tick, clock, sleep)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
-        self._synced: set[str] = set()
+        self._synced: frozenset[str] = frozenset()
+        """Replaced, never changed: ``ready`` reads it without the lock."""
         self._watchers: list[Callable[[dict], None]] = []
 
     # -- cache sink (watch threads) ------------------------------------------------------------
@@ -110,11 +111,11 @@ class TopologyExtender:
                 self.state.drop_bound_slots_except({p.key for p in pods})
             elif kind == "podgroups":
                 self.groups = {g.key: g for g in objects if isinstance(g, GroupFacts)}
-            self._synced.add(kind)
+            self._synced |= {kind}
 
     def ready(self) -> bool:
-        with self._cond:
-            return set(KINDS) <= self._synced
+        # No lock: /readyz answers while a long call (a relist, a large PlanGang) holds it.
+        return set(KINDS) <= self._synced
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
