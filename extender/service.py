@@ -206,14 +206,15 @@ class TopologyExtender:
         time or the bounds, are forgotten as if deleted; forgotten gangs are collected."""
         now = self.clock()
         changed = self.book.expire(now)
-        crowded, expired = self.pods.expire(now, self.state)
+        crowded, expired = self.pods.expire(now)
         for pods, why in ((crowded, f"more than {self.pods.max_unshown} pods or "
                                     f"{self.pods.max_unshown_bytes >> 20} MiB known only from filter"),
                           (expired, f"not within {self.pods.ttl:g}s of its last filter call")):
             for pod in pods:
-                if pod.gang.named:
-                    changed |= self.book.member_deleted(pod.gang.key, pod.key,
-                                                        verdicts.member_unshown(pod.key, pod.gang.key, why))
+                gang = self.state.slot_gang(pod.key)  # its slot's gang: the pod may name another now
+                if gang is not None:
+                    changed |= self.book.member_deleted(gang, pod.key, verdicts.member_unshown(pod.key, gang, why))
+                    self.state.drop_slot(pod.key)  # still held if that gang is not planned
             if pods:
                 self.observer.pods_forgotten(len(pods))
         if changed:

@@ -121,20 +121,20 @@ class PodIndex:
         self._unpend(key)
         self._shown(key)  # the API server took its Binding: it exists
 
-    def expire(self, now: float, state: ClusterState) -> tuple[list[PodFacts], list[PodFacts]]:
+    def expire(self, now: float) -> tuple[list[PodFacts], list[PodFacts]]:
         """Forget the oldest unshown pods past the bounds, then what filter saw ``ttl`` or more
-        seconds ago. Returns the unshown pods forgotten, (past a bound, expired): their gangs
-        lose them as members."""
+        seconds ago. Returns the unshown pods forgotten, (past a bound, expired): the gangs
+        holding slots for them lose them as members (the caller's part)."""
         crowded, expired = [], []
         while self._unshown and (len(self._unshown) > self.max_unshown
                                  or self._unshown_bytes > self.max_unshown_bytes):
-            crowded.append(self._forget(next(iter(self._unshown)), state))
+            crowded.append(self._forget(next(iter(self._unshown))))
         while self._seen_at:
             key, at = next(iter(self._seen_at.items()))
             if now - at < self.ttl:
                 break
             if key in self._unshown:
-                expired.append(self._forget(key, state))
+                expired.append(self._forget(key))
             else:
                 self._unsee(key)
         self.forgotten += len(crowded) + len(expired)
@@ -182,12 +182,11 @@ class PodIndex:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _forget(self, key: str, state: ClusterState) -> PodFacts:
+    def _forget(self, key: str) -> PodFacts:
         pod = self._seen[key]
         self._shown(key)
         self._unpend(key)
         self._unsee(key)
-        state.drop_slot(key)
         return pod
 
     def _shown(self, key: str) -> None:

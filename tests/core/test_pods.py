@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from extender.core.model import GangRef, NodeFacts, PodFacts
+from extender.core.model import GangRef, PodFacts
 from extender.core.pods import MAX_UNSHOWN, MAX_UNSHOWN_BYTES, SEEN_TTL_SECONDS, PodIndex, footprint
-from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.state import ClusterState
 
 
 def facts(name: str, gang: str | None = "g", gpus: int = 8, node: str = "", phase: str = "Pending",
@@ -31,10 +31,10 @@ def test_a_pod_only_filter_saw_is_pending_until_its_time_is_up_then_forgotten():
     pods.filtered(pod, now=100.0)
     assert pods.pending_pod("ml/a-0") is pod and pods.seen_pod("ml/a-0") is pod
     assert pods.unshown_pod("ml/a-0") and pods.unshown() == (1, footprint(pod))
-    assert pods.expire(159.9, state) == ([], [])
+    assert pods.expire(159.9) == ([], [])
     pods.filtered(pod, now=150.0)  # asked again: its time starts again
-    assert pods.expire(209.9, state) == ([], [])
-    assert pods.expire(210.0, state) == ([], [pod])
+    assert pods.expire(209.9) == ([], [])
+    assert pods.expire(210.0) == ([], [pod])
     assert pods.pending_pod("ml/a-0") is None and pods.seen_pod("ml/a-0") is None
     assert not pods.has_pending("ml/g") and pods.unshown() == (0, 0) and pods.forgotten == 1
 
@@ -46,7 +46,7 @@ def test_a_pod_the_watch_shows_is_never_forgotten_and_filter_keeps_no_copy_of_it
     request = facts("a-0")  # the same pod, as a filter request carries it: another object
     pods.filtered(request, now=100.0)
     assert pods.seen_pod("ml/a-0") is watched and not pods.unshown_pod("ml/a-0")
-    assert pods.expire(1000.0, state) == ([], [])
+    assert pods.expire(1000.0) == ([], [])
     assert pods.seen_pod("ml/a-0") is None  # what filter saw is dropped ...
     assert pods.pending_pod("ml/a-0") is watched  # ... and bind finds the pod pending
     assert pods.forgotten == 0
@@ -57,7 +57,7 @@ def test_the_watch_showing_a_pod_later_makes_it_kept():
     pods.filtered(facts("a-0"), now=100.0)
     pods.changed(facts("a-0"), state)
     assert not pods.unshown_pod("ml/a-0") and pods.unshown() == (0, 0)
-    assert pods.expire(1000.0, state) == ([], [])
+    assert pods.expire(1000.0) == ([], [])
     assert pods.pending_pod("ml/a-0") is not None
 
 
@@ -65,7 +65,7 @@ def test_a_pod_railyard_bound_is_never_forgotten_as_unshown():
     pods, state = PodIndex(), ClusterState()
     pods.filtered(facts("a-0"), now=100.0)
     pods.took_bound("ml/a-0")
-    assert pods.expire(1000.0, state) == ([], [])
+    assert pods.expire(1000.0) == ([], [])
     assert pods.forgotten == 0
 
 
@@ -76,7 +76,7 @@ def test_past_the_count_the_oldest_unshown_pods_are_forgotten_first():
     for i, pod in enumerate(made):
         pods.filtered(pod, now=100.0 + i)
     pods.filtered(made[0], now=105.0)  # a-0 asked again: now the newest
-    crowded, expired = pods.expire(106.0, state)
+    crowded, expired = pods.expire(106.0)
     assert (crowded, expired) == ([made[1], made[2]], [])
     assert [k for k in ("ml/a-0", "ml/a-1", "ml/a-2", "ml/a-3", "ml/a-4") if pods.unshown_pod(k)] == [
         "ml/a-0", "ml/a-3", "ml/a-4"]
@@ -90,19 +90,9 @@ def test_past_the_bytes_the_oldest_go_first():
     for i, pod in enumerate(big):
         pods.filtered(pod, now=100.0 + i)
     assert footprint(big[0]) > 200_000  # its 100,000-character name, and its key
-    crowded, _ = pods.expire(103.0, state)
+    crowded, _ = pods.expire(103.0)
     assert crowded == [big[0]]
     assert pods.unshown() == (2, footprint(big[1]) + footprint(big[2]))
-
-
-def test_forgetting_frees_the_slot_the_pod_held():
-    pods, state = PodIndex(), ClusterState()
-    state.upsert_node(NodeFacts("h1", {"kubernetes.io/hostname": "h1"}, gpus=8))
-    pods.filtered(facts("a-0"), now=100.0)
-    state.reserve(Reservation("ml/g", (Slot("ml/a-0", "h1", 8),), deadline=1e9))
-    assert state.free("h1") == 0
-    pods.expire(160.0, state)
-    assert state.slot_of("ml/a-0") is None and state.free("h1") == 8
 
 
 def test_a_relist_leaves_filter_only_pods_to_expire():
@@ -111,7 +101,7 @@ def test_a_relist_leaves_filter_only_pods_to_expire():
     pods.clear(state)
     assert pods.pending_pod("ml/a-0") is None and pods.unshown() == (0, 0)
     assert pods.seen_pod("ml/a-0") is not None  # until its time is up
-    pods.expire(160.0, state)
+    pods.expire(160.0)
     assert pods.seen_pod("ml/a-0") is None
 
 
@@ -120,11 +110,11 @@ def test_a_flood_of_pods_that_never_existed_stays_within_the_count():
     for i in range(20_000):
         pods.filtered(facts(f"ghost-{i}", gang=f"ghost-{i % 100}"), now=100.0 + i * 1e-3)
         if i % 50 == 0:
-            pods.expire(100.0 + i * 1e-3, state)
-    pods.expire(200.0, state)
+            pods.expire(100.0 + i * 1e-3)
+    pods.expire(200.0)
     assert len(pods._seen) <= MAX_UNSHOWN and len(pods) <= MAX_UNSHOWN
     assert pods.unshown()[0] <= MAX_UNSHOWN and pods.forgotten >= 20_000 - MAX_UNSHOWN
-    pods.expire(1000.0, state)
+    pods.expire(1000.0)
     assert len(pods) == 0 and pods.unshown() == (0, 0) and not pods._seen_at and pods.forgotten == 20_000
 
 
@@ -187,7 +177,7 @@ class PodIndexMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1.0, 30.0, 59.0, 61.0]))
     def time_passes(self, seconds: float) -> None:
         self.now += seconds
-        crowded, expired = self.pods.expire(self.now, self.state)
+        crowded, expired = self.pods.expire(self.now)
         over = len(self.unshown) - self.pods.max_unshown
         assert [p.key for p in crowded] == self.unshown[:max(over, 0)], "the oldest go first"
         del self.unshown[:max(over, 0)]

@@ -23,7 +23,7 @@ from tests.fuzz import strategies as fz
 from tests.fuzz.live import Live, LogWatch
 from tests.grpc.test_hostile_requests import METHODS
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large, HealthCheck.large_base_example])

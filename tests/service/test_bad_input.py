@@ -99,6 +99,27 @@ def test_a_member_held_at_bind_is_told_when_its_unshown_gang_is_forgotten():
     assert str(errors["ghost-0"]) == "gang ml/ghost is no longer tracked"
 
 
+def test_a_pod_named_in_another_gang_since_unreserves_the_gang_that_holds_its_slot():
+    ext, _, clock = extender()
+    changes = []
+    ext.watch_gangs(changes.append)
+    first = gang("a", 1, 8, annotations=SIZE_2)[0]
+    first["metadata"]["name"] = "same"
+    assert len(ext.filter(first, NODES).node_names) == 1
+    assert set(ext.state.reservations()) == {"ml/a"}
+    again = gang("b", 1, 8, annotations={"railyard.io/min-member": "5"})[0]  # the same pod, another group
+    again["metadata"]["name"] = "same"
+    ext.filter(again, NODES)
+    clock.now += SEEN_TTL_SECONDS
+    ext.explain("ml/nobody")
+    assert ext.state.reservations() == {}
+    lost = [(c["gang"], c["phase"], c["reason"]) for c in changes if c["event"] == "member_lost"]
+    assert lost == [("ml/a", "pending", "member ml/same of gang ml/a was forgotten: filter asked about it but "
+                                        "the watch never showed the pod (not within 60s of its last filter call); "
+                                        "planning again")]
+    assert all(r.phase.value != "planned" for r in ext.book.records())  # none left planned with no slots
+
+
 def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
     ext, binder, clock = extender()
     ext.pods.max_unshown = 50
