@@ -235,8 +235,8 @@ class TopologyExtender:
         return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds)
 
     def debug_gangs(self) -> list[dict]:
-        with self._cond:
-            return debug_gangs(self._live(), self.clock())
+        with self._cond:  # time applied first: no deadline shown passed, no forgotten pod shown
+            return debug_gangs(self._live(), self._tick())
 
     def explain(self, pod_key: str) -> dict | None:
         with self._cond:
