@@ -4,10 +4,11 @@ Only ``app.py`` reads flags, files and the environment; everything else receives
 ``validate()`` returns every problem at once, so an operator fixes a config in one pass.
 A YAML file (``railyard serve --config FILE``) mirrors the tree::
 
-    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu}
-    gangs: {default_timeout_seconds: 60, bind_attempts: 3}
+    placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu, volcano_tiers: []}
+    gangs: {default_timeout_seconds: 60, bind_attempts: 3, settle_seconds: 5}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
+    dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
 """
 
 from __future__ import annotations
@@ -35,6 +36,26 @@ class PlacementSettings:
     """Topology label keys, broadest first. Empty: detected from the labels nodes carry."""
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     """The extended resource counted as GPUs."""
+    volcano_tiers: tuple[str, ...] = ()
+    """Volcano HyperNode tiers as topology levels, tier 1 first: the node label key (or short
+    name) whose domains are the tier's HyperNodes. A Volcano PodGroup's hard ``highestTierAllowed:
+    N`` is then the required level ``volcano_tiers[N-1]``. Empty: such a gang is not placed, and
+    its reason says to set this (``highestTierName`` needs no mapping)."""
+
+
+@dataclass(frozen=True)
+class DraSettings:
+    """GPUs published as DRA devices (``resource.k8s.io/v1``); docs/reference.md, DRA."""
+
+    device_classes: tuple[str, ...] = ()
+    """DeviceClasses whose devices are GPUs, besides those whose ``extendedResourceName`` is
+    ``placement.gpu_resource``."""
+    rail_attribute: str = ""
+    """Device attribute naming a GPU's rail (its NIC rail or local index); without a domain it
+    is the driver's. Empty: rails are not read."""
+    topology_attributes: tuple[str, ...] = ()
+    """``ATTRIBUTE=LABEL``: a node whose GPU devices all carry the same value of ATTRIBUTE is
+    treated as labelled LABEL=value (unless it has that label)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,23 @@ class GangSettings:
     """Tries per Binding before the compensating action (evicting the members already bound)."""
     event_interval_seconds: float = 30.0
     """At most one Kubernetes Event per pod and reason in this interval."""
+    settle_seconds: float = 5.0
+    """A gang whose size is declared nowhere (no min-member annotation, no PodGroup size) is
+    planned only once no new member has appeared for this long; it holds nothing meanwhile.
+    0: plan at once with the members seen (they may then bind in rounds)."""
+    max_timeout_seconds: float = 0.0
+    """Longest a gang waits at bind; a longer per-gang timeout is capped to it (and says so).
+    0: kube-scheduler's extender httpTimeout (read from ``scheduler_config``) minus
+    ``bind_margin_seconds``; without ``scheduler_config``, no cap."""
+    bind_margin_seconds: float = 10.0
+    """Kept free of a held bind call's httpTimeout for the gang's Bindings themselves."""
+    recovery_grace_seconds: float = 10.0
+    """A Binding round found partly bound (the process that issued it died, or lost leadership)
+    is completed or compensated once it has stayed partial this long here with no plan of
+    this process in progress for the gang."""
+    binding_pause_seconds: float = 0.0
+    """Fault injection for tests only: a pause between a gang's Bindings, which then go out one
+    by one, so a test can kill the extender in the middle of a burst. Keep 0."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +125,7 @@ class Settings:
     gangs: GangSettings = field(default_factory=GangSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""
     scheduler_config: str = ""
@@ -122,13 +161,33 @@ class Settings:
             problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.max_timeout_seconds < 0 or self.gangs.bind_margin_seconds < 0:
+            problems.append("gangs.max_timeout_seconds and gangs.bind_margin_seconds must not be negative")
+        elif 0 < self.gangs.max_timeout_seconds < self.gangs.default_timeout_seconds:
+            problems.append(f"gangs.default_timeout_seconds ({self.gangs.default_timeout_seconds:g}) must not exceed "
+                            f"gangs.max_timeout_seconds ({self.gangs.max_timeout_seconds:g})")
+        if self.gangs.recovery_grace_seconds < 0 or self.gangs.binding_pause_seconds < 0:
+            problems.append("gangs.recovery_grace_seconds and gangs.binding_pause_seconds must not be negative")
+        if self.gangs.settle_seconds < 0:
+            problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:
             problems.append("gangs.bind_attempts must be at least 1")
         if len(set(self.placement.levels)) != len(self.placement.levels):
             problems.append("placement.levels lists a key twice")
+        if not all(self.placement.volcano_tiers) or len(set(self.placement.volcano_tiers)) != len(self.placement.volcano_tiers):
+            problems.append("placement.volcano_tiers must list distinct, non-empty level keys")
         if not self.placement.gpu_resource:
             problems.append("placement.gpu_resource must not be empty")
+        for entry in self.dra.topology_attributes:
+            attribute, sep, label = entry.partition("=")
+            if not sep or not attribute.strip() or not label.strip():
+                problems.append(f"dra.topology_attributes entries must be ATTRIBUTE=LABEL, got {entry!r}")
         return problems
+
+    def topology_attributes(self) -> tuple[tuple[str, str], ...]:
+        """``dra.topology_attributes`` as (attribute, label) pairs."""
+        pairs = (e.partition("=") for e in self.dra.topology_attributes)
+        return tuple((a.strip(), lbl.strip()) for a, _, lbl in pairs)
 
 
 def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[Settings, list[str]]:

@@ -53,7 +53,15 @@ def test_every_rpc_is_documented():
 
 
 def test_every_annotation_and_label_key_is_documented():
-    keys = [*ko.GROUP_LABELS, ko.GROUP_ANNOTATION, *(k for k, _, _ in ko.DECLARING_ANNOTATIONS),
+    keys = [*(k for _, k, _ in ko.MEMBERSHIP), *(k for k, _, _ in ko.DECLARING_ANNOTATIONS),
             *(k for keys in ko.RANKS for k in keys), *(lvl.key for levels in ko.PRESETS.values() for lvl in levels)]
+    from extender.adapters.kubeobjects import notes
+    keys += [notes.RANK, notes.SLICE, notes.DOMAIN + "<level>"]  # what railyard writes
     for key in keys:
         assert f"`{key}`" in DOC, key
+
+
+def test_every_group_object_is_documented_with_its_cache_kind():
+    for api in ko.GROUP_APIS:
+        row = rf"^\|[^\n]*`{re.escape(api.api_version)}`[^\n]*\| `{re.escape(api.kind)}` \|$"
+        assert re.search(row, DOC, re.M), f"docs/reference.md has no conventions row for {api.api_version}"

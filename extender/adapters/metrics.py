@@ -12,6 +12,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from extender.adapters.kubeobjects import GROUP_APIS
+
 # 50 us .. 10 s: filter and prioritize live well under 1 ms; a held bind lasts up to minutes
 # but is answered by the gang's timeout, so 10 s and +Inf separate them well enough.
 VERB_BUCKETS = (50e-6, 100e-6, 200e-6, 350e-6, 500e-6, 750e-6, 1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3,
@@ -20,8 +22,8 @@ PLAN_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
                 250e-3, 500e-3, 1.0, 2.5)
 BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated")
-CACHE_KINDS = ("nodes", "pods", "podgroups")
+GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated", "completed")
+CACHE_KINDS = ("nodes", "pods", *(g.kind for g in GROUP_APIS))
 
 
 class Metrics:

@@ -15,6 +15,7 @@ LIFECYCLE = """
 pending   --planned-->        planned       slots reserved for every member
 pending   --unplaceable-->    pending       no domain holds the gang; it holds nothing
 pending   --invalid-->        rejected      the request cannot be planned (reason kept)
+pending   --unsettled-->      pending       its size is declared nowhere and it still grows
 pending   --member_lost-->    pending
 pending   --node_lost-->      pending
 rejected  --retry-->          pending       the scheduler tries a member again
@@ -63,6 +64,7 @@ class Event(str, Enum):
     PLANNED = "planned"
     UNPLACEABLE = "unplaceable"
     INVALID = "invalid"
+    UNSETTLED = "unsettled"
     MEMBER_WAITING = "member_waiting"
     ALLOWED = "allowed"
     BOUND = "bound"

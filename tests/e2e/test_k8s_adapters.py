@@ -50,7 +50,7 @@ class Sink:
     def group_upserted(self, group):
         pass
 
-    def group_deleted(self, key):
+    def group_deleted(self, group):
         pass
 
     def relisted(self, kind, objects):

@@ -72,9 +72,16 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("scheduling.x-k8s.io", "podgroups", "get"), ("scheduling.x-k8s.io", "podgroups", "list"),
         ("scheduling.x-k8s.io", "podgroups", "watch"),
+        *((group, "podgroups", verb) for group in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.run.ai")
+          for verb in ("list", "watch")),
         ("", "pods/binding", "create"),
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
+        ("", "pods", "patch"),  # the Binding round on each member before its Binding (recovery)
         ("", "events", "create"),
+        *((("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
+                                                "resourceclaimtemplates") for v in ("get", "list", "watch"))),
+        ("resource.k8s.io", "resourceclaims/status", "patch"),  # deallocating a leftover of a failed bind
+        ("resource.k8s.io", "resourceclaims/binding", "patch"),  # what changing status.allocation needs
     }
     binding = find(base, "ClusterRoleBinding", "railyard-extender")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]
@@ -117,6 +124,19 @@ def test_the_deployment_runs_non_root_read_only_with_two_identities(base):
     names = {o["metadata"]["name"] for o in base if o["kind"] == "ConfigMap"}
     assert {v["configMap"]["name"] for v in volumes.values() if "configMap" in v} == names
     assert "emptyDir" in volumes["tmp"]
+
+
+def test_railyards_kube_scheduler_runs_without_pod_group_cycles(base):
+    """The reference for the Workload API (docs/reference.md): GenericWorkload stays off on
+    railyard's own kube-scheduler, so railyard alone gates Kubernetes PodGroups' pods, and no
+    profile is left with GangScheduling enabled explicitly."""
+    deploy = find(base, "Deployment", "railyard-scheduler")
+    (scheduler,) = [c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler"]
+    argv = scheduler["command"] + scheduler.get("args", [])
+    assert not [a for a in argv if a.startswith("--feature-gates")], argv
+    for profile in scheduler_config(base)["profiles"]:
+        enabled = (profile.get("plugins") or {}).get("multiPoint", {}).get("enabled") or []
+        assert "GangScheduling" not in [p["name"] for p in enabled], profile
 
 
 def test_pdb_and_metrics_service_select_the_scheduler_pods(base):
@@ -172,3 +192,21 @@ def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, ba
     service = find(base, "Service", "railyard-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(base):
+    kueue = render(MANIFESTS / "overlays" / "kueue")
+    cfg = scheduler_config(kueue)
+    (profile,) = cfg["profiles"]
+    assert profile == {"schedulerName": "railyard",
+                       "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}
+    reference = scheduler_config(base)
+    cfg.pop("profiles"), reference.pop("profiles")
+    assert cfg == reference
+    # Kueue's side (Configuration, queues) is for Kueue's install, not applied with railyard's.
+    assert not [o for o in kueue if o.get("apiVersion", "").startswith(("kueue.x-k8s.io", "config.kueue.x-k8s.io"))]
+    def names(objects):  # a ConfigMap's name ends in its content hash
+        return sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap"
+                       else o["metadata"]["name"]) for o in objects)
+
+    assert names(kueue) == names(base)

@@ -11,7 +11,7 @@ from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
 from extender.core import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
-from extender.service import TopologyExtender
+from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import GangSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -20,15 +20,22 @@ def _pod(obj):
     return TRANSLATE.pod(obj) if isinstance(obj, dict) else obj
 
 
+#: Most tests here are about gangs of "the members seen" planned at their first member; the
+#: wait for such gangs to settle has tests of its own (tests/service/test_conventions.py).
+SETTINGS = Settings(gangs=GangSettings(settle_seconds=0))
+
+
 class Extender(TopologyExtender):
     """The service, fed Kubernetes objects the way its adapters feed it: translated first
     (facts, as the gRPC servicer passes them, go through unchanged)."""
 
-    def __init__(self, settings=Settings(), binder=None, clock=None):
-        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None)
+    def __init__(self, settings=SETTINGS, binder=None, clock=None, kinds=("nodes", "pods", "podgroups")):
+        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
 
     def relisted(self, kind, objects):
-        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod, "podgroups": TRANSLATE.group}[kind]
+        if kind in DRA_KINDS:  # given as facts
+            return super().relisted(kind, objects)
+        translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod}.get(kind, lambda o: TRANSLATE.group(o, kind))
         super().relisted(kind, [translate(o) for o in objects])
 
     def pod_upserted(self, pod):
@@ -53,12 +60,20 @@ class Extender(TopologyExtender):
 class MemoryBinder:
     """Records Bindings instead of POSTing them; can be told to fail for some pods."""
 
-    def __init__(self, fail: set[str] = frozenset()):
+    def __init__(self, fail: set[str] = frozenset(), fail_mark: set[str] = frozenset()):
         self.bound: list[tuple[str, str]] = []
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
+        self.marks: dict[str, object] = {}
         self.fail = set(fail)
+        self.fail_mark = set(fail_mark)
         self.lock = threading.Lock()
+
+    def mark(self, namespace, name, uid, mark):
+        if f"{namespace}/{name}" in self.fail_mark:
+            raise RuntimeError("the object has been modified; please apply your changes to the latest version")
+        with self.lock:
+            self.marks[f"{namespace}/{name}"] = mark
 
     def bind(self, namespace, name, uid, node):
         if f"{namespace}/{name}" in self.fail:
@@ -83,7 +98,7 @@ class Clock:
 
 def extender(drawing=TWO_RACKS, fail=frozenset()):
     binder, clock = MemoryBinder(fail), Clock()
-    ext = Extender(Settings(), binder, clock=clock)
+    ext = Extender(SETTINGS, binder, clock=clock)
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
@@ -291,7 +306,7 @@ def test_preempt_never_breaks_a_running_gang():
 
 
 def test_not_ready_until_every_kind_is_listed():
-    ext = Extender(Settings(), MemoryBinder())
+    ext = Extender(SETTINGS, MemoryBinder())
     assert not ext.ready()
     ext.relisted("nodes", [])
     ext.relisted("pods", [])
@@ -324,7 +339,7 @@ def test_next_round_after_a_bound_gang_is_planned_before_the_watch_shows_it_boun
 def test_no_gang_is_planned_before_the_pods_are_listed():
     # After a start (a kill -9 and restart included) railyard serves while its lists run, one
     # thread per kind: with nodes listed and pods not yet, a plan would promise GPUs in use.
-    ext = Extender(Settings(), MemoryBinder(), clock=Clock())
+    ext = Extender(SETTINGS, MemoryBinder(), clock=Clock())
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)
     pods = gang("g", 2, 8)
@@ -399,7 +414,7 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
 
 def test_configured_default_timeout_applies_to_gangs_that_name_none():
     binder, clock = MemoryBinder(), Clock()
-    settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0))
+    settings = Settings(gangs=GangSettings(default_timeout_seconds=5.0, settle_seconds=0))
     ext = Extender(settings, binder, clock=clock)
     spec = topotext.load(TWO_RACKS)
     ext.relisted("nodes", spec.nodes)

@@ -10,15 +10,22 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     pods.py       Pod -> PodFacts (membership, rank, declarations)
     resources.py  effective requests and allocatable, quantities bounded
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
-    groups.py     PodGroup -> GroupFacts
+    groups.py     each convention's group object -> GroupFacts; the precedence table
+    dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
     fields.py     defensive accessors
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from extender.adapters.kubeobjects.groups import podgroup_facts
+from extender.adapters.kubeobjects.dra import (
+    claim_template_facts,
+    device_class_facts,
+    resource_claim_facts,
+    resource_slice_facts,
+)
+from extender.adapters.kubeobjects.groups import GROUP_APIS, podgroup_facts
 from extender.adapters.kubeobjects.labels import (
     CLIQUE,
     CLIQUE_CLUSTER,
@@ -30,29 +37,34 @@ from extender.adapters.kubeobjects.labels import (
 from extender.adapters.kubeobjects.nodes import node_facts
 from extender.adapters.kubeobjects.pods import (
     DECLARING_ANNOTATIONS,
-    GROUP_ANNOTATION,
-    GROUP_LABELS,
+    MEMBERSHIP,
     RANKS,
+    binding_annotations,
+    binding_mark,
     gang_ref,
     pod_facts,
     pod_gpus,
     rank,
 )
 from extender.adapters.kubeobjects.placement import tolerations
+from extender.core.devices import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
-    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "GROUP_ANNOTATION", "GROUP_LABELS", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts",
+    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GROUP_APIS", "MEMBERSHIP", "PRESETS", "RANKS",
+    "SCHEME", "Translator", "binding_annotations", "binding_mark", "detect_levels", "explicit_levels", "gang_ref",
+    "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
 
 
 class Translator:
-    """Kubernetes objects to facts, for one GPU resource name (setting placement.gpu_resource)."""
+    """Kubernetes objects to facts, for one GPU resource name (setting placement.gpu_resource)
+    and one mapping of Volcano's HyperNode tiers to levels (placement.volcano_tiers)."""
 
-    def __init__(self, gpu_resource: str) -> None:
+    def __init__(self, gpu_resource: str, volcano_tiers: Sequence[str] = ()) -> None:
         self.gpu_resource = gpu_resource
+        self.volcano_tiers = tuple(volcano_tiers)
 
     def node(self, obj: Mapping[str, Any]) -> NodeFacts:
         return node_facts(obj, self.gpu_resource)
@@ -60,5 +72,19 @@ class Translator:
     def pod(self, obj: Mapping[str, Any]) -> PodFacts:
         return pod_facts(obj, self.gpu_resource)
 
-    def group(self, obj: Mapping[str, Any]) -> GroupFacts:
-        return podgroup_facts(obj)
+    def group(self, obj: Mapping[str, Any], kind: str | None = None) -> GroupFacts:
+        """A group object of ``kind`` (``GROUP_APIS``), or of the kind its apiVersion names."""
+        return podgroup_facts(obj, kind, self.volcano_tiers)
+
+    def dra(self, kind: str, obj: Mapping[str, Any]) -> DraFacts:
+        """A ``resource.k8s.io`` object of ``kind`` (``DeviceClass``, ``ResourceSlice``,
+        ``ResourceClaim``, ``ResourceClaimTemplate``)."""
+        return DRA_KINDS[kind](obj)
+
+
+DRA_KINDS = {
+    "DeviceClass": device_class_facts,
+    "ResourceSlice": resource_slice_facts,
+    "ResourceClaim": resource_claim_facts,
+    "ResourceClaimTemplate": claim_template_facts,
+}

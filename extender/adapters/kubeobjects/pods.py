@@ -3,24 +3,39 @@ where they may run (placement.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
+from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
+from extender.adapters.kubeobjects.notes import address_annotations
 from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
     TIMEOUT,
+    BindingMark,
     Declaration,
     GangRef,
     PodFacts,
 )
 
 
-GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/pod-group-name")
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+MEMBERSHIP = (
+    # (where the pod says it, key, the group object its convention names); first match wins
+    ("label", "scheduling.x-k8s.io/pod-group", SCHEDULER_PLUGINS),   # scheduler-plugins coscheduling
+    ("label", "kueue.x-k8s.io/pod-group-name", ""),                  # Kueue: no group object
+    ("annotation", "scheduling.k8s.io/group-name", VOLCANO),          # Volcano (its scheduler reads only this)
+    ("field", "spec.schedulingGroup.podGroupName", KUBERNETES),      # Kubernetes 1.36+ Workload API
+    ("annotation", "pod-group-name", KAI),                           # KAI (its scheduler reads the annotation)
+    ("label", "pod-group-name", KAI),
+)
+"""How a pod names its gang, and so which group object it reads."""
 RANKS = (
     ("jobset.sigs.k8s.io/job-index", "batch.kubernetes.io/job-completion-index"),
     ("batch.kubernetes.io/job-completion-index",),
@@ -30,38 +45,67 @@ RANKS = (
 )
 """Rank sources, first match wins; a JobSet pod's rank is (job index, completion index)."""
 DECLARING_ANNOTATIONS = (
-    # (annotation, role, precedence); a PodGroup's own fields come at precedence 1.
-    ("railyard.io/min-member", MIN_MEMBER, 0),
-    ("kueue.x-k8s.io/pod-group-total-count", MIN_MEMBER, 2),
-    ("railyard.io/timeout-seconds", TIMEOUT, 0),
-    ("railyard.io/required-topology", REQUIRED, 0),
-    ("kueue.x-k8s.io/podset-required-topology", REQUIRED, 1),
-    ("railyard.io/preferred-topology", PREFERRED, 0),
-    ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, 1),
+    # (annotation, role, precedence); the precedence table is in groups.py.
+    ("railyard.io/min-member", MIN_MEMBER, RAILYARD),
+    ("kueue.x-k8s.io/pod-group-total-count", MIN_MEMBER, OTHER),
+    ("railyard.io/timeout-seconds", TIMEOUT, RAILYARD),
+    ("railyard.io/required-topology", REQUIRED, RAILYARD),
+    ("kueue.x-k8s.io/podset-required-topology", REQUIRED, OTHER),
+    ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
+    ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
+    ("railyard.io/slice-size", SLICE_SIZE, RAILYARD),
+    # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
+    ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, OTHER),
+    ("railyard.io/slice-required-topology", SLICE_LEVEL, RAILYARD),
+    ("kueue.x-k8s.io/podset-slice-required-topology", SLICE_LEVEL, OTHER),
 )
-"""Gang-level values a pod declares. Precedence, lowest first:
-  min-member: annotation railyard.io/min-member > PodGroup spec.minMember >
-              annotation kueue.x-k8s.io/pod-group-total-count > the members seen;
-  timeout:    annotation railyard.io/timeout-seconds > PodGroup spec.scheduleTimeoutSeconds >
-              setting gangs.default_timeout_seconds;
-  required:   railyard.io/required-topology > kueue.x-k8s.io/podset-required-topology;
-  preferred:  railyard.io/preferred-topology > kueue.x-k8s.io/podset-preferred-topology."""
+"""Gang-level values a pod declares itself (``groups.py`` has the whole precedence table)."""
 
 
 def gang_ref(pod: Mapping[str, Any]) -> GangRef:
-    """``<ns>/<group>``, or ``<ns>/<pod>`` (not named) for a pod that names no group."""
+    """``<ns>/<group>`` and the kind of group object it names, or ``<ns>/<pod>`` (not named)
+    for a pod that names no group."""
     meta = dict_at(pod, "metadata")
     ns = str_at(meta, "namespace") or "default"
-    labels, annotations = labels_of(pod), annotations_of(pod)
-    for key in GROUP_LABELS:
-        if labels.get(key):
-            return GangRef(f"{ns}/{labels[key]}", True)
-    if annotations.get(GROUP_ANNOTATION):
-        return GangRef(f"{ns}/{annotations[GROUP_ANNOTATION]}", True)
-    group = str_at(dict_at(dict_at(pod, "spec"), "schedulingGroup"), "podGroupName")
-    if group:
-        return GangRef(f"{ns}/{group}", True)
+    found = {"label": labels_of(pod), "annotation": annotations_of(pod),
+             "field": {"spec.schedulingGroup.podGroupName":
+                       str_at(dict_at(dict_at(pod, "spec"), "schedulingGroup"), "podGroupName")}}
+    for where, key, kind in MEMBERSHIP:
+        group = found[where].get(key)
+        if group:
+            return GangRef(f"{ns}/{group}", True, kind)
     return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
+
+
+BINDING = "railyard.io/binding"
+"""Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``,
+beside the member's address (``notes.address_annotations``)."""
+MAX_MARK_CHARS = 512
+
+
+def binding_annotations(mark: BindingMark) -> dict[str, str]:
+    """Everything railyard writes on a member before its Binding, in one merge patch."""
+    round_ = json.dumps({"round": mark.round, "node": mark.node, "size": mark.size}, separators=(",", ":"))
+    return {BINDING: round_, **(address_annotations(mark.address) if mark.address is not None else {})}
+
+
+def binding_mark(annotations: Mapping[str, str]) -> BindingMark | None:
+    """The Binding round railyard wrote on the pod, or None (absent or unreadable: never trusted
+    further than its shape; a pod's creator could write anything here)."""
+    raw = annotations.get(BINDING)
+    if not raw or len(raw) > MAX_MARK_CHARS:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    r, node, size = doc.get("round"), doc.get("node"), doc.get("size")
+    if not (isinstance(r, str) and r and isinstance(node, str) and node and isinstance(size, int)
+            and not isinstance(size, bool) and 0 < size <= 100_000):
+        return None
+    return BindingMark(r, node, size)
 
 
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
@@ -82,6 +126,8 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
         eligibility=where,
         problems=request_problems + where_problems,
+        binding=binding_mark(annotations),
+        claims=pod_claims(pod),
     )
 
 
