@@ -57,9 +57,16 @@ class MemoryBinder:
             self.bound.append((key, node))
         self.on_bound(key, node)
 
+    def mark(self, namespace: str, name: str, uid: str, mark: object) -> None:
+        if f"{namespace}/{name}" not in self.existing:
+            raise RuntimeError(f'pods "{name[:40]}" not found')
+
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         with self.lock:
             self.deleted.append(f"{namespace}/{name}")
+
+    def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        pass
 
     def event(self, pod: Any, reason: str, message: str, type_: str = "Warning") -> None:
         with self.lock:
