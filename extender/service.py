@@ -28,7 +28,7 @@ from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
 from extender.core.preemption import vet_victims
-from extender.core.single import best_fit_scores, filter_single, planned_scores
+from extender.core.single import best_fit_scores, filter_single, filter_unreadable, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
 from extender.core.recovery import Rounds
@@ -55,11 +55,11 @@ class _DeviceSink:
     state: ClusterState
     binder: Binder
     kinds: tuple[str, ...]
-    _synced: set[str]
+    _synced: frozenset[str]
 
     def ready(self) -> bool:
-        with self._cond:
-            return set(self.kinds) <= self._synced
+        # No lock: /readyz answers while a long call (a relist, a large PlanGang) holds it.
+        return set(self.kinds) <= self._synced
 
     def _put_node(self, node: NodeFacts) -> None:
         raise NotImplementedError
@@ -135,7 +135,8 @@ class TopologyExtender(_DeviceSink):
                                    self.observer, settings.gangs, clock, self._tell)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
-        self._synced: set[str] = set()
+        self._synced: frozenset[str] = frozenset()
+        """Replaced, never changed: ``ready`` reads it without the lock."""
         self._watchers: list[Callable[[dict], None]] = []
 
     # -- cache sink (watch threads) ------------------------------------------------------------
@@ -205,7 +206,7 @@ class TopologyExtender(_DeviceSink):
             else:  # one kind of group object
                 self.groups = {i: g for i, g in self.groups.items() if i[0] != kind}
                 self.groups.update((g.id, g) for g in objects if isinstance(g, GroupFacts))
-            self._synced.add(kind)
+            self._synced |= {kind}
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
@@ -224,9 +225,13 @@ class TopologyExtender(_DeviceSink):
 
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
         pod = self._sized(pod, filtering=True)
+        if pod.problems and (pod.gpus == 0 or not pod.gang.named):
+            # Unreadable values (GPUs "abc" or "500m" are not 0 GPUs): nowhere, with the reason.
+            # A GPU member's problems are its gang's reason, below.
+            return filter_unreadable(pod.key, pod.problems, node_names)
         if pod.gpus == 0:
             with self._cond:  # without managedResources (DRA claims) every pod comes: bind must know it
-                self.pods.filtered(pod)
+                self.pods.filtered(pod, self._tick())
             return FilterVerdict(tuple(node_names))
         self.recoverer.run()
         with self._cond:
@@ -237,7 +242,7 @@ class TopologyExtender(_DeviceSink):
                 # Serving starts before the lists finish (a restart, kill -9 included): a plan
                 # made on nodes without their pods would promise GPUs that are in use.
                 raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
-            self.pods.filtered(pod)
+            self.pods.filtered(pod, now)
             self.arrivals.noted(pod, self.pods, now)
             if not pod.gang.named:
                 return filter_single(self.state.view(), pod.gpus, node_names)
@@ -251,7 +256,9 @@ class TopologyExtender(_DeviceSink):
                 verdict = self.book.steer(rec, pod, node_names)
                 if rec.round == before:
                     break
-            if rec.phase not in HOLDING:
+            if rec.phase not in HOLDING and not self.pods.unshown_pod(pod.key):
+                # Events only about pods the watch shows: a pod that exists nowhere else (a
+                # client naming pods at will) costs the API server nothing.
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
             self._tell()
             if rec.round != round_:
@@ -299,9 +306,22 @@ class TopologyExtender(_DeviceSink):
         self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
-        """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
+        """Apply time: expired deadlines end their rounds; pods only filter has seen, past their
+        time or the bounds, are forgotten as if deleted; forgotten gangs are collected."""
         now = self.clock()
-        if self.book.expire(now):
+        changed = self.book.expire(now)
+        crowded, expired = self.pods.expire(now)
+        for pods, why in ((crowded, f"more than {self.pods.max_unshown} pods or "
+                                    f"{self.pods.max_unshown_bytes >> 20} MiB known only from filter"),
+                          (expired, f"not within {self.pods.ttl:g}s of its last filter call")):
+            for pod in pods:
+                gang = self.state.slot_gang(pod.key)  # its slot's gang: the pod may name another now
+                if gang is not None:
+                    changed |= self.book.member_deleted(gang, pod.key, verdicts.member_unshown(pod.key, gang, why))
+                    self.state.drop_slot(pod.key)  # still held if that gang is not planned
+            if pods:
+                self.observer.pods_forgotten(len(pods))
+        if changed:
             self._tell()
             self._cond.notify_all()
         self.book.collect(now, self.pods.has_pending)
@@ -312,7 +332,7 @@ class TopologyExtender(_DeviceSink):
         for notice in self.book.take_notices():
             for key in notice.members:
                 pod = self.pods.pending_pod(key) or self.pods.seen_pod(key) or self.pods.bound_named(key)
-                if pod is not None:
+                if pod is not None and not self.pods.unshown_pod(key):  # only pods the watch shows
                     self.binder.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
 
     # -- preempt -------------------------------------------------------------------------------
@@ -331,8 +351,8 @@ class TopologyExtender(_DeviceSink):
                     self.arrivals, g.settle_seconds, g.max_timeout_seconds)
 
     def debug_gangs(self) -> list[dict]:
-        with self._cond:
-            return debug_gangs(self._live(), self.clock())
+        with self._cond:  # time applied first: no deadline shown passed, no forgotten pod shown
+            return debug_gangs(self._live(), self._tick())
 
     def explain(self, pod_key: str) -> dict | None:
         with self._cond:

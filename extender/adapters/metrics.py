@@ -69,6 +69,10 @@ class Metrics:
             "railyard_events_dropped_total",
             "Kubernetes Events not sent because the event queue was full or the API server refused them.",
             registry=r)
+        self._forgotten = Counter(
+            "railyard_unshown_pods_forgotten_total",
+            "Pods filter was called for that the watch never showed, forgotten past their time or railyard's bounds.",
+            registry=r)
         for outcome in GANG_OUTCOMES:
             self._gangs.labels(outcome)
         for kind in CACHE_KINDS:
@@ -96,6 +100,9 @@ class Metrics:
 
     def plan_seconds(self, seconds: float) -> None:
         self._plan.observe(seconds)
+
+    def pods_forgotten(self, n: int) -> None:
+        self._forgotten.inc(n)
 
     # -- Kubernetes ----------------------------------------------------------------------
     def cache_objects(self, kind: str, n: int) -> None:

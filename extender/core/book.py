@@ -353,11 +353,11 @@ class GangBook:
         rec.waiting.clear()
         self._report()
 
-    def member_deleted(self, gang: str, member: str) -> bool:
+    def member_deleted(self, gang: str, member: str, reason: str = "") -> bool:
         rec = self._gangs.get(gang)
         if rec is None or rec.phase not in (Phase.PLANNED, Phase.WAITING) or member not in rec.members:
             return False
-        self.unreserve(rec, Event.MEMBER_LOST, verdicts.member_deleted(member, gang))
+        self.unreserve(rec, Event.MEMBER_LOST, reason or verdicts.member_deleted(member, gang))
         return True
 
     def node_deleted(self, name: str) -> bool:

@@ -7,6 +7,8 @@ than kube-scheduler's own cycle).
   it knows more about: those holding GPUs reserved for gangs (fail when the pod's GPUs are not
   free after the reservation) and those it sees cordoned or not ready. Every other name passes,
   as does a node railyard has not cached yet.
+- a pod with a value railyard could not read (its GPUs among them) passes no node: the reason
+  on each, unresolvable.
 - prioritize: best fit, 0..10 in steps of the node's GPU count (fewer GPUs left free scores
   higher), so single pods pack and large free nodes stay whole for gangs. kube-scheduler adds
   Score x weight x 10 to each host listed and nothing to the others, so every score is lowered
@@ -24,6 +26,13 @@ from extender.core.state import View
 from extender.core.verdicts import FilterVerdict
 
 MAX_SCORE = 10
+
+
+def filter_unreadable(pod: str, problems: tuple[str, ...], names: Sequence[str]) -> FilterVerdict:
+    """A pod with values the translator could not read (GPUs among them: ``abc`` is not 0 GPUs)
+    is placed nowhere, as a gang with a problem is: the reason on every node, unresolvable."""
+    reason = verdicts.unreadable_pod(pod, problems)
+    return FilterVerdict((), {}, {n: reason for n in names})
 
 
 def filter_single(view: View, gpus: int, names: Sequence[str]) -> FilterVerdict:

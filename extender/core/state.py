@@ -223,6 +223,12 @@ class ClusterState:
         held = self._reserved_by_member.get(member_key)
         return held[1] if held else None
 
+    def slot_gang(self, member_key: str) -> str | None:
+        """The gang whose reservation holds the member's slot (not always the pod's own gang
+        now: a filter call may have named the same pod with another group since)."""
+        held = self._reserved_by_member.get(member_key)
+        return held[0] if held else None
+
     def rename_slot(self, gang: str, old: str, new: str) -> None:
         res = self._reservations[gang]
         slots = tuple(Slot(new, s.node, s.gpus, s.requests) if s.member == old else s for s in res.slots)

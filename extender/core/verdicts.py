@@ -25,6 +25,19 @@ class FilterVerdict:
     """UnschedulableAndUnresolvable: preemption cannot help."""
 
 
+MAX_REASON_CHARS = 1024
+"""A reason is repeated on every node of a filter reply and quotes what a pod's creator wrote:
+longer ones are cut (saying how long they were), so 5,000 nodes cost at most 5 MiB."""
+
+
+def cut(text: str) -> str:
+    """``text`` in at most ``MAX_REASON_CHARS`` characters."""
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    tail = f"... ({len(text)} characters in all)"
+    return text[:MAX_REASON_CHARS - len(tail)] + tail
+
+
 def describe_demand(demand: tuple[int, ...]) -> str:
     """``16 pods x 8 GPUs`` or ``4 pods x 8 GPUs + 1 pod x 0 GPUs``."""
     counts: dict[int, int] = {}
@@ -51,7 +64,7 @@ def _nodes(n: int) -> str:
 
 def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     if np.invalid:
-        return f"gang {np.gang}: " + "; ".join(np.invalid)
+        return cut(f"gang {np.gang}: " + "; ".join(np.invalid))
     need = f"gang {np.gang} needs {describe_demand(np.demand)}"
     if np.slices is not None:
         need += f" in {_slices(topo, np.slices, sum(1 for g in np.demand if g > 0))}"
@@ -161,11 +174,20 @@ def member_deleted(member: str, gang: str) -> str:
     return f"member {member} was deleted while gang {gang} waited; planning again"
 
 
+def member_unshown(member: str, gang: str, why: str) -> str:
+    return (f"member {member} of gang {gang} was forgotten: filter asked about it but the watch never "
+            f"showed the pod ({why}); planning again")
+
+
 def node_deleted(node: str, gang: str) -> str:
     return f"node {node} was deleted while gang {gang} waited; planning again"
 
 
 # -- filter, for a pod of no gang -------------------------------------------------------------
+
+
+def unreadable_pod(pod: str, problems: tuple[str, ...]) -> str:
+    return cut(f"pod {pod} is not placed: {'; '.join(problems)}")
 
 
 def node_blocked(why: str, gpus: int) -> str:

@@ -142,7 +142,7 @@ class GangBookMachine(RuleBasedStateMachine):
                 self._bind(self.live[key], fail_one)
 
     def _filter(self, pod: PodFacts, refuse: bool) -> None:
-        self.pods.filtered(pod)
+        self.pods.filtered(pod, self.now)
         rec = self.book.record(pod.gang.key, self.now)
         self.book.prepare(rec, pod.key)
         for _ in range(2):  # as service.filter: a refused plan is made again at once

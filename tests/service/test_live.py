@@ -295,7 +295,9 @@ def test_pods_without_gpus_pass_at_once():
 
 def test_invalid_gang_is_unresolvable_with_its_reason():
     ext, binder, _ = extender()
-    v = ext.filter(gang("g", 1, 8, annotations={"railyard.io/min-member": "x"})[0], NODES)
+    pods = gang("g", 1, 8, annotations={"railyard.io/min-member": "x"})
+    create(ext, pods)  # Events are only about pods the watch shows
+    v = ext.filter(pods[0], NODES)
     assert v.node_names == () and v.failed == {}
     assert "railyard.io/min-member must be a positive integer, got 'x'" in v.failed_unresolvable["h1"]
     assert binder.events and binder.events[0][0] == "GangUnschedulable"

@@ -9,6 +9,8 @@
     BindingFailed              UNAVAILABLE          the API server refused the Binding after retries
     UnknownPod                 NOT_FOUND            ExplainPod: railyard has not seen the pod
     any other RailyardError    FAILED_PRECONDITION
+    NotImplementedError        UNIMPLEMENTED        a method the proto has and the servicer lacks
+                                                    (grpc.health.v1 Health/List in grpcio-health-checking)
     anything else              INTERNAL             logged with its traceback; the server keeps serving
 
 Order matters: the subclasses of PermitRejected come before it.
@@ -62,6 +64,9 @@ CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (BindingFailed, grpc.StatusCode.UNAVAILABLE),
     (UnknownPod, grpc.StatusCode.NOT_FOUND),
     (RailyardError, grpc.StatusCode.FAILED_PRECONDITION),
+    # What a generated base servicer raises for a method nobody implemented, with
+    # UNIMPLEMENTED set on the context: the code it meant, not INTERNAL and a traceback.
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
 )
 
 

@@ -3,18 +3,24 @@
     POST <prefix>/filter | /prioritize | /bind | /preempt    (prefix default /scheduler)
     GET  /healthz  /readyz  /metrics  /debug/gangs
 
-aiohttp with orjson, chosen by measurement (bench/README.md). The event loop serves filter,
-prioritize and preempt inline: they are in-memory and never wait on the network. A bind call
-may be held for minutes at the gang gate, so it runs on its own thread from a pool sized to
-the held-bind cap; filter keeps flowing while binds are held.
+aiohttp with orjson, chosen by measurement (bench/README.md). The event loop only reads
+requests and writes replies: decoding a body and the verb itself run on worker threads, so a
+verb waiting for the service lock (held by a gRPC PlanGang or a relist) or a large prioritize
+never keeps /healthz, /readyz or /metrics waiting (issue 11 item 6; measured in
+tests/fuzz/test_http_loop.py). filter, prioritize and preempt share ``VERB_WORKERS`` threads
+(they take one lock in the service: more threads would only queue on it); a bind call may be
+held for minutes at the gang gate, so it runs on a pool sized to the held-bind cap.
 
-Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt) or
-``max_held_binds`` bind calls the server answers 503 at once instead of queueing.
+Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt: reading,
+waiting for a worker or running) or ``max_held_binds`` bind calls the server answers 503 at
+once instead of queueing.
 
 Errors are translated here and only here (STYLE habit 11; the hierarchy is in core/errors.py):
 
     BadRequest                  -> 400, message names the field (filter/bind: in ``Error``); also a
-                                   body that is not the gzip or deflate data its Content-Encoding says
+                                   body that is not the gzip or deflate data its Content-Encoding says,
+                                   one not received within ``BODY_SECONDS``, one the client cut short
+    malformed HTTP              -> 400 from aiohttp before any handler; one log line per 10 s
     Overloaded                  -> 503, which cap was hit
     other RailyardError         -> 200 with ``Error`` for filter and bind (the scheduler logs it
                                    and retries the pod); 500 for prioritize and preempt
@@ -38,6 +44,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
@@ -47,6 +54,13 @@ from extender.core.errors import BadRequest, Overloaded, RailyardError
 from extender.settings import ServerSettings
 
 log = logging.getLogger("railyard.http")
+
+VERB_WORKERS = 4
+"""Threads that decode and run filter, prioritize and preempt."""
+
+BODY_SECONDS = 10.0
+"""A request body must arrive within this long once its headers have (kube-scheduler sends
+its bodies at once); else 400, and the slot it held in the cap is free again."""
 
 MAX_ERROR_CHARS = 2048
 """Longest ``Error`` message answered (and logged); longer ones are cut, saying their length."""
@@ -111,6 +125,25 @@ def _decoded(raw: bytes, encoding: str, limit: int) -> bytes:
         raise BadRequest(f"body does not decode as Content-Encoding {shown(encoding)}: {exc}") from None
 
 
+class _ProtocolLog:
+    """aiohttp's server log. A request aiohttp refuses before any handler runs (not HTTP, a
+    header line over 8 KiB, bad chunking) is answered 400 by aiohttp and logged here as one
+    warning line, at most once per 10 s, without the traceback aiohttp attaches to each."""
+
+    def __init__(self, warn: Callable[[str, str, int, str], None]) -> None:
+        self._warn = warn
+
+    def debug(self, msg: str, *args: Any, exc_info: Any = None, **kw: Any) -> None:
+        log.debug(msg, *args)
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = None, **kw: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            text = " ".join(f"{msg % args}: {exc_info.message}".split())  # aiohttp's spans lines
+            self._warn("http", "malformed", exc_info.code, clip(text, MAX_ERROR_CHARS))
+        else:
+            log.error(msg, *args, exc_info=exc_info)
+
+
 def _json(status: int, obj: Any) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(obj), content_type="application/json")
 
@@ -137,6 +170,7 @@ class ExtenderServer:
         self._counters = _Counters()
         self._warned: dict[tuple[str, str], tuple[float, int]] = {}
         self._binds = ThreadPoolExecutor(max_workers=settings.max_held_binds, thread_name_prefix="bind")
+        self._verbs = ThreadPoolExecutor(max_workers=VERB_WORKERS, thread_name_prefix="verb")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -171,6 +205,10 @@ class ExtenderServer:
             started.set()
             loop.run_forever()
             loop.run_until_complete(self._runner.cleanup())
+            left = asyncio.all_tasks(loop)  # connections still open: end them here, not in the GC's log
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="http", daemon=True)
@@ -185,7 +223,8 @@ class ExtenderServer:
         # Idle connections outlive Go's 90 s IdleConnTimeout, so the scheduler always closes
         # first and never posts a filter on a connection we are closing at the same moment.
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=300,
-                                     auto_decompress=False)  # _decoded() does it, with 400s
+                                     auto_decompress=False,  # _decoded() does it, with 400s
+                                     logger=_ProtocolLog(self._warn))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, backlog=1024, ssl_context=self._ssl)
         await site.start()
@@ -196,6 +235,7 @@ class ExtenderServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         self._binds.shutdown(wait=False, cancel_futures=True)
+        self._verbs.shutdown(wait=False, cancel_futures=True)
 
     # -- verbs ---------------------------------------------------------------------------
     async def _verb(self, request: web.Request) -> web.Response:
@@ -221,12 +261,9 @@ class ExtenderServer:
                                      f"the cap is {self.limits.max_in_flight}")
                 c.in_flight += 1
             counted = True
-            body = await self._read_json(request)
-            if held:
-                reply = await asyncio.get_running_loop().run_in_executor(
-                    self._binds, call, self.handler, self.translate, body)
-            else:
-                reply = call(self.handler, self.translate, body)
+            raw = await self._read_body(request)
+            reply = await asyncio.get_running_loop().run_in_executor(
+                self._binds if held else self._verbs, self._run, call, raw, request.headers.get("Content-Encoding", ""))
             status, outcome = 200, "ok"
         except BadRequest as exc:
             status, outcome, reply = 400, "bad_request", _error_reply(verb, f"bad {verb} request: {exc}")
@@ -266,19 +303,28 @@ class ExtenderServer:
         log.warning("%s %s: %s%s", verb, status, message, more)
         self._warned[(verb, outcome)] = (now, 0)
 
-    async def _read_json(self, request: web.Request) -> Any:
+    async def _read_body(self, request: web.Request) -> bytes:
         limit = self.limits.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise BadRequest(f"body of {request.content_length} bytes is over the {limit}-byte limit")
         try:
-            raw = await request.read()
+            async with asyncio.timeout(BODY_SECONDS):  # a body sent slowly holds a slot of the cap
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:  # chunked body without Content-Length
             raise BadRequest(f"body is over the {limit}-byte limit") from None
-        raw = _decoded(raw, request.headers.get("Content-Encoding", ""), limit)
+        except TimeoutError:
+            raise BadRequest(f"body not received within {BODY_SECONDS:g}s") from None
+        except ConnectionResetError:  # the client hung up mid-body; nobody reads this reply
+            raise BadRequest("connection closed before the body ended") from None
+
+    def _run(self, call: Callable[..., Any], raw: bytes, encoding: str) -> Any:
+        """On a worker thread: the body decoded, then the verb."""
+        raw = _decoded(raw, encoding, self.limits.max_body_bytes)
         try:
-            return orjson.loads(raw)
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"body is not valid JSON: {exc}") from None
+        return call(self.handler, self.translate, body)
 
     # -- the rest ------------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -303,10 +349,11 @@ class ExtenderServer:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _debug_gangs(self, request: web.Request) -> web.Response:
+        def listing() -> bytes:  # on a worker: it waits for the service lock
+            return orjson.dumps(self.handler.debug_gangs(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
         try:
-            gangs = self.handler.debug_gangs()
+            body = await asyncio.get_running_loop().run_in_executor(self._verbs, listing)
         except Exception as exc:
             log.exception("debug_gangs failed")
             return _json(500, {"Error": f"debug_gangs failed: {type(exc).__name__}: {exc}"})
-        return web.Response(body=orjson.dumps(gangs, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS),
-                            content_type="application/json")
+        return web.Response(body=body, content_type="application/json")
