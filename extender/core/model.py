@@ -195,6 +195,10 @@ class Declaration:
     """Lower wins when several sources declare the same role."""
 
 
+PREEMPT_LOWER, PREEMPT_NEVER = "PreemptLowerPriority", "Never"
+"""The values of ``spec.preemptionPolicy`` (k8s.io/api/core/v1 PreemptionPolicy)."""
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
@@ -217,6 +221,11 @@ class PodFacts:
     not planned and these are the reason."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
+    priority: int = 0
+    """``spec.priority``: the API server resolves ``priorityClassName`` into it at admission
+    (0 when the pod names no class and the cluster has no global default)."""
+    preemption_policy: str = PREEMPT_LOWER
+    """``spec.preemptionPolicy``: ``PreemptLowerPriority`` (the default) or ``Never``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
