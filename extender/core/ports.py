@@ -17,6 +17,9 @@ class Binder(Protocol):
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
+        """Evict honouring PodDisruptionBudgets: None when evicted (or gone), else why it was
+        refused (a budget allows no disruption now); raises on other failures."""
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
 
