@@ -4,7 +4,8 @@ Its one job is the part that cannot be pure: one lock around the core's state, t
 the verbs, and the subscriptions of WatchGangs; bind calls held until their gang's permit
 decision, the Binding fan-out and its compensation are in ``gate.py`` under the same lock.
 What to do is decided in ``core`` (``book`` for gangs, ``single`` for lone pods,
-``preemption`` for victims); read-only answers are in ``whatif``.
+``preemption`` and ``eviction`` for victims); read-only answers are in ``whatif``; a gang's
+preemption (evictions, waiting for the victims) is orchestrated in ``preempting.py``.
 
 Facts arrive translated (``core.model``): the adapters call the cache-sink methods from the
 watch threads and the verbs from the HTTP and gRPC servers.
@@ -20,7 +21,7 @@ from extender.core import gangspec, settle, verdicts
 from extender.core.book import GangBook, GangRecord
 from extender.core.errors import NotReady, Settling
 from extender.core.lifecycle import HOLDING, Event, Phase
-from extender.core.model import GroupFacts, NodeFacts, PodFacts
+from extender.core.model import GangSpec, GroupFacts, NodeFacts, PodFacts
 from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
@@ -29,6 +30,7 @@ from extender.core.single import best_fit_scores, filter_single, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
 from extender.gate import PermitGate
+from extender.preempting import Preempter
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
@@ -65,6 +67,7 @@ class TopologyExtender:
         self._cond = threading.Condition(threading.RLock())
         self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
                                self._tick, clock, sleep)
+        self.preempter = Preempter(self._cond, self.state, self.book, self.pods, binder, settings.preemption, clock)
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: set[str] = set()
@@ -92,6 +95,7 @@ class TopologyExtender:
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
             self.pods.deleted(pod, self.state)
+            self.preempter.gone(pod.uid or pod.key)
             self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._cond.notify_all()
@@ -115,6 +119,7 @@ class TopologyExtender:
                 for pod in pods:
                     self.pods.changed(pod, self.state)
                 self.state.drop_bound_slots_except({p.key for p in pods})
+                self.preempter.relisted({p.uid or p.key for p in pods})
                 self.arrivals.prune(self.pods.has_pending)
             else:  # one kind of group object
                 self.groups = {i: g for i, g in self.groups.items() if i[0] != kind}
@@ -158,6 +163,9 @@ class TopologyExtender:
             rec = self.book.record(pod.gang.key, now)
             round_ = rec.round
             self.book.prepare(rec, pod.key)
+            waiting = self.preempter.hold(rec, pod, node_names)
+            if waiting is not None:
+                return waiting
             for _ in range(2):  # a plan whose node the scheduler refuses is made again at once
                 if rec.phase == Phase.PENDING:
                     self._reserve(rec, pod, node_names, now)
@@ -171,7 +179,8 @@ class TopologyExtender:
                 self._cond.notify_all()
             return verdict
 
-    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+    def _spec(self, rec: GangRecord, pod: PodFacts) -> tuple[GangSpec, list[PodFacts], list[PodFacts]]:
+        """The gang's request this round: (spec, its pending members, its running members)."""
         members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
         if not any(p.key == pod.key for p in members):
             members.append(pod)
@@ -179,6 +188,10 @@ class TopologyExtender:
         running = self.pods.bound_pods(rec.key)
         spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
                               self.settings.gangs.default_timeout_seconds, running=len(running))
+        return spec, members, running
+
+    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+        spec, _, running = self._spec(rec, pod)
         wait = settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds)
         if wait is not None:
             self.book.unsettled(rec, wait)
@@ -219,9 +232,33 @@ class TopologyExtender:
     # -- preempt -------------------------------------------------------------------------------
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
+        """A pod of no gang: kube-scheduler's victims, vetoed where they would break a running
+        gang. A gang member: railyard chooses and evicts (``preempting``); the scheduler is told
+        to evict nothing (an empty reply), so its per-pod choices never scatter evictions."""
+        if not pod.gang.named:
+            with self._cond:
+                return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
+                                   self.pods.bound_gang_of, self.pods.bound_uids)
         with self._cond:
-            return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
-                               self.pods.bound_gang_of, self.pods.bound_uids)
+            jobs = self._preempt_gang(pod)
+        self.preempter.start(jobs)
+        return {}
+
+    def _preempt_gang(self, pod: PodFacts) -> list:
+        now = self._tick()
+        if not self.settings.preemption.gangs or pod.gpus == 0 or not self.ready():
+            return []
+        rec = self.book.record(pod.gang.key, now)
+        self.book.prepare(rec, pod.key)
+        if rec.phase != Phase.PENDING:
+            return []  # planned already, or invalid (its reason says why)
+        spec, members, running = self._spec(rec, pod)
+        if settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds):
+            return []
+        homes = home_domains(self.state.topology, spec, [p.node for p in running])
+        jobs = self.preempter.gang(rec, spec, members, sorted(rec.refused), homes, now)
+        self._cond.notify_all()
+        return jobs
 
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 

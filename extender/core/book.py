@@ -31,7 +31,7 @@ from extender.core.model import GangSpec, PodFacts
 from extender.core.planner import Constraints, NoPlacement, Placement, plan
 from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
-from extender.core.state import ClusterState, Reservation, claim_slot
+from extender.core.state import ClusterState, Reservation, View, claim_slot
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
@@ -152,13 +152,14 @@ class GangBook:
         self._step(rec, Event.UNSETTLED)
 
     def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
-                homes: Sequence[Domain] = ()) -> None:
+                homes: Sequence[Domain] = (), view: View | None = None) -> None:
         """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
 
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
-        gang, the domains it may use, nearest first (the first that holds it wins)."""
-        view = self.state.view()
+        gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
+        plan on this instead of the state's (a preemptor, on the state without its victims)."""
+        view = view or self.state.view()
         refused = {*refused, *rec.refused}
         result = None
         for home in homes or [None]:

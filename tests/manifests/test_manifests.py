@@ -76,6 +76,7 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
           for verb in ("list", "watch")),
         ("", "pods/binding", "create"),
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
+        ("", "pods/eviction", "create"),  # a gang's preemption victims (Eviction API)
         ("", "events", "create"),
     }
     binding = find(base, "ClusterRoleBinding", "railyard-extender")
