@@ -23,6 +23,7 @@ Events: ``Preempting`` on the preemptor's pods, ``Preempted`` on each victim,
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -35,12 +36,14 @@ from extender.core.lifecycle import HOLDING, Event
 from extender.core.model import GangSpec, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder
-from extender.core.state import ClusterState
+from extender.core.state import ClusterState, Slot
 from extender.core.topology import Domain, format_path
 from extender.core.verdicts import FilterVerdict
 from extender.settings import PreemptionSettings
 
 Job = Callable[[], None]
+
+log = logging.getLogger("railyard.preempt")
 
 MAX_EVICTION_THREADS = 8
 """Eviction calls of one preemption in flight at once."""
@@ -56,8 +59,12 @@ class Preemption:
     refused: tuple[str, ...]
     homes: tuple[Domain, ...]
     round: int
-    step: str = "asking"
-    """``asking`` (dry runs), ``evicting``, ``waiting`` (for the victims to terminate)."""
+    nodes: frozenset[str]
+    """Nodes of the domain where victims ran or released reservations held GPUs."""
+
+    @property
+    def victims(self) -> set[str]:
+        return {v.uid or v.key for v in self.choice.evict}
 
 
 class Preempter:
@@ -92,20 +99,23 @@ class Preempter:
         choice = choose(spec, self.state.view(), members, self.pods.on_node, self.pods.bound_pods, held,
                         protected=set(self._protected), leaving=set(self._leaving), refused=refused, homes=homes)
         if isinstance(choice, NoChoice):
+            log.info("%s", choice.reason)
             self._tell(members, "CannotPreempt", choice.reason)
             return []
         return self._take(rec, spec, members, refused, homes, choice, now)
 
     def hold(self, rec: GangRecord, pod: PodFacts, names: Sequence[str]) -> FilterVerdict | None:
-        """A member filtered while pods railyard evicted still hold its planned node: it waits
-        (kube-scheduler's own filters leave the node out until they are gone)."""
-        slot = self.state.slot_of(pod.key)
+        """A member filtered before its planned node is free waits: kube-scheduler's own filters
+        leave the node out while a pod railyard evicted is on it, and for a moment after railyard
+        saw it go (the scheduler's cache is a separate watch). That is no refusal of the node."""
+        slot = self.state.slot_of(pod.key) or self._claimable(rec.key, pod)
         if slot is None or slot.node in names or rec.phase not in HOLDING:
             return None
         p = self.active(rec.key)
-        chosen = {v.uid or v.key for v in p.choice.evict} if p is not None else set()
-        here = [uid for uid in self.pods.on_node(slot.node) if uid in self._leaving or uid in chosen]
-        if not here:
+        cleared = p is not None and slot.node in p.nodes
+        here = [uid for uid in self.pods.on_node(slot.node) if uid in self._leaving
+                or (p is not None and uid in p.victims)]
+        if not here and not cleared:
             return None
         reason = verdicts.victims_leaving(rec.key, slot.node, pod.key, len(here))
         return FilterVerdict((), {n: reason for n in names})
@@ -152,11 +162,13 @@ class Preempter:
             self._tell(members, "CannotPreempt", f"{choice.reason}; not started: {rec.reason}")
             return []
         rec.reason = choice.reason
-        p = Preemption(choice, spec, tuple(members), tuple(refused), tuple(homes), rec.round)
+        log.info("%s (round %d)", choice.reason, rec.round)
+        topo, dom = self.state.topology, choice.domain
+        nodes = frozenset(topo.names[i] for u in choice.units for i, _, _ in u.frees if dom.start <= i < dom.end)
+        p = Preemption(choice, spec, tuple(members), tuple(refused), tuple(homes), rec.round, nodes)
         self._active[rec.key] = p
-        self._tell(members, "Preempting", choice.reason, "Normal")
         if not choice.evict:
-            p.step = "waiting"
+            self._tell(members, "Preempting", choice.reason, "Normal")
             return []
         return [lambda: self._evict(p)]
 
@@ -170,7 +182,7 @@ class Preempter:
             if refusals:
                 jobs = self._refused(p, refusals)
             else:
-                p.step = "evicting"
+                self._tell(p.members, "Preempting", p.choice.reason, "Normal")
                 jobs = None
         if jobs is not None:
             self.start(jobs)
@@ -188,7 +200,7 @@ class Preempter:
                         v.key, v.priority, p.choice.gang, p.choice.priority, word, where, whole), "Normal")
             jobs = self._refused(p, refusals) if refusals and self._current(p) else []
             if not refusals:
-                p.step = "waiting"
+                log.info("gang %s: %d pods evicted, waiting for them to terminate", p.choice.gang, len(victims))
         self.start(jobs)
 
     def _ask(self, victims: Sequence[PodFacts], dry_run: bool) -> dict[str, str]:
@@ -210,6 +222,7 @@ class Preempter:
         for key in refusals:
             self._protected[by_key[key].uid or key] = now + self.settings.blocked_seconds
         reason = verdicts.eviction_blocked(p.choice.gang, refusals, self.settings.blocked_seconds)
+        log.info("%s", reason)
         self._tell(p.members, "PreemptionBlocked", reason)
         rec = self.book.get(p.choice.gang)
         self._active.pop(p.choice.gang, None)
@@ -218,6 +231,12 @@ class Preempter:
         self.book.unreserve(rec, Event.RETRY, reason)
         self._cond.notify_all()
         return self.gang(rec, p.spec, p.members, p.refused, p.homes, now)
+
+    def _claimable(self, gang: str, pod: PodFacts) -> Slot | None:
+        """The slot a member created after planning would claim in filter (``state.claim_slot``)."""
+        res = self.state.reservation(gang)
+        return next((s for s in res.slots if s.member.startswith(f"{gang}#") and s.gpus == pod.gpus), None) \
+            if res is not None else None
 
     def _current(self, p: Preemption) -> bool:
         rec = self.book.get(p.choice.gang)

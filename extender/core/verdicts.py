@@ -266,6 +266,9 @@ def eviction_blocked(gang: str, blocked: Mapping[str, str], seconds: float) -> s
 
 
 def victims_leaving(gang: str, node: str, member: str, pods: int) -> str:
+    if not pods:
+        return (f"gang {gang} reserved node {node} for {member}; the pods evicted there are gone, waiting "
+                f"for kube-scheduler to see it")
     return (f"gang {gang} reserved node {node} for {member}; waiting for {_pods(pods)} evicted there "
             f"to terminate")
 
