@@ -47,6 +47,9 @@ log = logging.getLogger("railyard.preempt")
 
 MAX_EVICTION_THREADS = 8
 """Eviction calls of one preemption in flight at once."""
+RECHOOSE_SECONDS = 2.0
+"""A gang that found nothing to preempt does not look again for this long: every member's
+scheduling attempt asks, and a choice costs tens of milliseconds at thousands of nodes."""
 
 
 @dataclass
@@ -82,6 +85,8 @@ class Preempter:
         """uid -> when railyard evicted it; until the watch shows it gone (or it is forgotten)."""
         self._protected: dict[str, float] = {}
         """uid -> until when it is not chosen again (its eviction was refused)."""
+        self._nothing: dict[str, float] = {}
+        """gang -> until when it does not look again (it found nothing to preempt)."""
 
     # -- under the service lock --------------------------------------------------------------
 
@@ -94,11 +99,14 @@ class Preempter:
             return []
         self._active.pop(rec.key, None)
         self._forget(now)
+        if self._nothing.get(rec.key, 0.0) > now:
+            return []
         held = [Held(g, self._priority(g, highest=True), r.slots) for g, r in self.state.reservations().items()
                 if not r.bound and g != rec.key and (hr := self.book.get(g)) is not None and hr.phase in HOLDING]
         choice = choose(spec, self.state.view(), members, self.pods.on_node, self.pods.bound_pods, held,
                         protected=set(self._protected), leaving=set(self._leaving), refused=refused, homes=homes)
         if isinstance(choice, NoChoice):
+            self._nothing[rec.key] = now + RECHOOSE_SECONDS
             log.info("%s", choice.reason)
             self._tell(members, "CannotPreempt", choice.reason)
             return []
@@ -245,6 +253,7 @@ class Preempter:
 
     def _forget(self, now: float) -> None:
         self._protected = {u: t for u, t in self._protected.items() if t > now}
+        self._nothing = {g: t for g, t in self._nothing.items() if t > now}
         wait = self.settings.victim_wait_seconds
         self._leaving = {u: t for u, t in self._leaving.items() if now - t < wait}
 

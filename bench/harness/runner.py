@@ -44,6 +44,9 @@ class PodRecord:
     bound: float | None = None
     node: str | None = None
     finished: float | None = None
+    deleted: float | None = None
+    """When the watch saw the pod deleted before it finished (a preemption victim: nothing
+    else deletes pods during an arm)."""
 
 
 @dataclass
@@ -158,6 +161,8 @@ class PodWatcher(threading.Thread):
             node = (obj.get("spec") or {}).get("nodeName")
             phase = (obj.get("status") or {}).get("phase")
             with self.lock:
+                if event.get("type") == "DELETED" and rec.finished is None and rec.deleted is None:
+                    rec.deleted = now
                 if node and rec.bound is None:
                     rec.bound, rec.node = now, node
                     self.bound_count += 1
@@ -206,6 +211,10 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     kube = Kube(info.api_url, pki_mod.Pki.at(info.workdir / "pki"))
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": arms_mod.NAMESPACE}})
+    for name, value in (workload.get("priority_classes") or {}).items():
+        kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": int(value)})
     records: dict[str, PodRecord] = {}
     bodies: dict[str, list[dict[str, Any]]] = {}
     for job in jobs:
@@ -289,8 +298,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
             last_report = now
             loads.append(os.getloadavg()[0])
         time.sleep(0.25)
-    # Let finishing pods be seen a moment longer than the last bind.
-    time.sleep(1.0)
+    # Let finishing pods (and late evictions, ``linger_s``) be seen a moment longer than the last bind.
+    time.sleep(float(workload.get("linger_s", 1.0)))
     end = time.monotonic() - t0[0]
     with watcher.lock:
         mark("end", watcher.bound_count)

@@ -307,6 +307,16 @@ class _Trial:
                 self.total += cap - self.caps[j]
                 self.caps[j] = cap
 
+    def snapshot(self) -> tuple:
+        return (list(self.free), list(self.taken), list(self.caps) if self.single else None,
+                self.total if self.single else None)
+
+    def restore(self, saved: tuple) -> None:
+        free, taken, caps, total = saved
+        self.free, self.taken = list(free), list(taken)
+        if self.single:
+            self.caps, self.total = list(caps), total
+
     def fits(self) -> int:
         """How many of the gang's pods the domain holds now."""
         if self.single:
@@ -348,26 +358,26 @@ SPARE_ORDERS = (
 def _spare(trial: _Trial, taken: list[Unit]) -> list[Unit]:
     """From every unit taken, give back each one the gang fits without; one pass per order of
     ``SPARE_ORDERS``, the cheapest result wins (each is minimal: nothing more can be spared)."""
+    start = trial.snapshot()
     best: tuple | None = None
+    tried = []
     for order in SPARE_ORDERS:
+        sequence = sorted(taken, key=lambda u: order(u, trial.useful(u)))
+        if sequence in tried:
+            continue  # the same order as one tried already: the same outcome
+        tried.append(sequence)
+        trial.restore(start)
         kept = []
-        for u in sorted(taken, key=lambda u: order(u, trial.useful(u))):
+        for u in sequence:
             trial.apply(u, -1)
             if trial.fits() < trial.count:
                 trial.apply(u, 1)
                 kept.append(u)
         cost = _cost(kept, trial)
         if best is None or cost < best[0]:
-            best = (cost, kept)
-        for u in kept:
-            trial.apply(u, -1)
-        for u in taken:
-            trial.apply(u, 1)
+            best = (cost, kept, trial.snapshot())
     assert best is not None
-    for u in taken:
-        trial.apply(u, -1)
-    for u in best[1]:
-        trial.apply(u, 1)
+    trial.restore(best[2])
     return best[1]
 
 

@@ -253,3 +253,19 @@ def test_members_the_watch_had_not_shown_yet_wait_for_their_slots_too():
     nodes = {ext.filter(p, ["a1", "a2", "a3", "a4"]).node_names for p in members}
     assert sorted(n for (n,) in nodes) == ["a1", "a2", "a3", "a4"]
     assert len(binder.evicted) == 4
+
+
+def test_a_gang_that_found_nothing_looks_again_only_after_a_moment():
+    ext, binder, clock = service([low(n, priority=1000) for n in NODES])
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]})
+    for n in ("b1", "b2", "b3", "b4"):  # n2 now holds pods it may take
+        ext.pod_deleted(low(n, priority=1000))
+        ext.pod_upserted(low(n, name=f"q-{n}"))
+    ext.preempt(members[1], {"a1": ["uid-lo-p-a1"]})
+    assert binder.evicted == []  # every member's attempt asks: not every one recomputes
+    clock.now += 2.0
+    ext.preempt(members[1], {"a1": ["uid-lo-p-a1"]})
+    assert binder.evicted == [f"lo/q-b{i}" for i in range(1, 5)]
