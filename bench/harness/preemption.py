@@ -12,8 +12,9 @@ before it was deleted. Per preemptor:
   requires none): per node, pods removed largest first; per domain, the cheapest nodes (an exact
   small dynamic program over the domain's nodes; GPUs only, pods of running gangs counted one by
   one: this oracle is for the scenario's lone low-priority pods);
-- ``victims_outside_domain``: victims on nodes outside the narrowest domain holding all of its
-  members once bound (the domain it finally used): wasted evictions;
+- ``victims_outside_domain``: victims on nodes outside the domain the gang finally used at its
+  required level (the whole cluster if it requires none; a gang that broke its required level
+  is counted against the one domain holding most of its members): wasted evictions;
 - ``victims_off_gang_nodes``: victims on nodes none of its members landed on;
 - ``within_required``: its members share one domain at its required level;
 - ``time_to_bind_s``: first member created -> last member bound;
@@ -68,9 +69,10 @@ def analyse(result: ArmResult, jobs: list[Job], workload: dict[str, Any], paths:
         done = max(m.bound for m in bound) if whole else result.end
         used = {m.node for m in bound}
         depth = _shared_depth([paths[n] for n in used]) if used else 0
-        domain = paths[next(iter(used))][:depth] if used else ()
         mine = victims[job.name]
         required = levels.index(job.required) if job.required in levels else 0
+        homes = [paths[m.node][:required] for m in bound]
+        home = max(sorted(set(homes)), key=homes.count) if homes else ()
         exposure = sum(max(0.0, min(done, m.finished if m.finished is not None else done) - m.bound) for m in bound)
         gangs.append({
             "gang": job.name, "pods": job.pods, "gpus_per_pod": job.gpus, "priority": value[job.name],
@@ -78,7 +80,7 @@ def analyse(result: ArmResult, jobs: list[Job], workload: dict[str, Any], paths:
             "time_to_bind_s": round(done - t0, 3) if whole and t0 is not None else None,
             "victims": len(mine),
             "needed": _needed(recs, value, job, t0, paths, caps, required) if t0 is not None else None,
-            "victims_outside_domain": sum(1 for v in mine if paths[v.node][:depth] != domain) if used else None,
+            "victims_outside_domain": sum(1 for v in mine if paths[v.node][:required] != home) if used else None,
             "victims_off_gang_nodes": sum(1 for v in mine if v.node not in used) if used else None,
             "domain_level": levels[depth] if used else None,
             "within_required": (depth >= required) if whole else None,
@@ -190,7 +192,12 @@ def markdown(doc: dict[str, Any]) -> list[str]:
            "Per arm, summed over the high-priority gangs (each victim is counted against the gang created last "
            "before it was deleted; `needed` is the harness's own count of the fewest lower-priority pods whose "
            "removal would have made room in one domain at the gang's required level, "
-           "`bench/harness/preemption.py`).", "",
+           "`bench/harness/preemption.py`). Arm A is kube-scheduler's per-pod preemption (each member evicts "
+           "where it alone fits), B railyard's (one domain, whole gangs, the Eviction API), C kube-scheduler "
+           "1.37.2's pod-group preemption, which comes with the `GenericWorkload` gate (1.37.2 has no "
+           "`WorkloadAwarePreemption` gate). C's topology constraint groups nodes by the label's *value* "
+           "(KEP-5732): NVLink domains named alike under two leaves are one placement to it, so it may "
+           "land a gang \"in one NVLink domain\" that is two.", "",
            "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, key in (("high-priority gangs bound whole", "bound_whole"), ("... within their required level", "within_required"),
                        ("victims evicted", "victims"), ("victims needed (oracle)", "needed"),
