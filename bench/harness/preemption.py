@@ -89,8 +89,8 @@ def analyse(result: ArmResult, jobs: list[Job], workload: dict[str, Any], paths:
         })
 
     def total(key: str) -> int | None:
-        values = [g[key] for g in gangs]
-        return None if any(v is None for v in values) else sum(values)
+        values = [g[key] for g in gangs if g[key] is not None]
+        return sum(values) if values else None
 
     ttb = [g["time_to_bind_s"] for g in gangs if g["time_to_bind_s"] is not None]
     return {
@@ -212,7 +212,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     for a in names:
         for g in rows[a]["gangs"]:
             out.append(f"| {a} | {g['gang']} | {g['bound_whole']} | {_shown(g['time_to_bind_s'])} | {g['victims']} | "
-                       f"{_shown(g['needed'])} | {_shown(g['victims_outside_domain'])} | {_shown(g['victims_off_gang_nodes'])} | "
+                       f"{_shown(g['needed'], 'none')} | {_shown(g['victims_outside_domain'])} | {_shown(g['victims_off_gang_nodes'])} | "
                        f"{_shown(g['victim_domains'])} | {_shown(g['domain_level'])} |")
     return out + [""]
 
@@ -243,5 +243,5 @@ def plot(out_dir, arms: dict[str, dict[str, Any]], plt, colors: dict[str, str]) 
     return "preemption.png"
 
 
-def _shown(value: Any) -> str:
-    return "-" if value is None else f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+def _shown(value: Any, missing: str = "-") -> str:
+    return missing if value is None else f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
