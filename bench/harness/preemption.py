@@ -228,11 +228,14 @@ def plot(out_dir, arms: dict[str, dict[str, Any]], plt, colors: dict[str, str]) 
     outside = [rows[a]["victims_outside_domain"] or 0 for a in names]
     ax1.bar(names, inside, color=[colors.get(a, "tab:gray") for a in names], label="inside the gang's domain")
     ax1.bar(names, outside, bottom=inside, color="tab:red", label="outside it (wasted)")
-    needed = rows[names[0]]["needed"]
-    if needed is not None:
-        ax1.axhline(needed, color="black", linestyle="--", linewidth=1, label=f"needed ({needed})")
-    ax1.set(title="victims evicted", ylabel="pods")
-    ax1.legend()
+    needed = [rows[a]["needed"] for a in names]
+    shown = [(a, n) for a, n in zip(names, needed) if n is not None]
+    if shown:
+        ax1.scatter([a for a, _ in shown], [n for _, n in shown], marker="_", s=2000, color="black", zorder=3,
+                    label="needed (gangs some domain could hold)")
+    top = max([i + o for i, o in zip(inside, outside)] + [n for _, n in shown] + [1])
+    ax1.set(title="victims evicted", ylabel="pods", ylim=(0, top * 1.45))
+    ax1.legend(loc="upper left", fontsize=8)
     for a in names:
         ttb = [g["time_to_bind_s"] for g in rows[a]["gangs"] if g["time_to_bind_s"] is not None]
         ax2.scatter([a] * len(ttb), ttb, color=colors.get(a, "tab:gray"))
