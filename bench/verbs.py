@@ -27,7 +27,7 @@ from extender import topotext
 from extender.adapters.http.server import ExtenderServer
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
-from extender.service import TopologyExtender
+from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import DEFAULT_GPU_RESOURCE, ServerSettings, Settings
 
 TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
@@ -38,6 +38,9 @@ class NoBinder:
         pass
 
     def delete_pod(self, namespace, name, uid):
+        pass
+
+    def mark(self, namespace, name, uid, mark):
         pass
 
     def event(self, pod, reason, message, type_="Warning"):
@@ -81,6 +84,8 @@ def serve(nodes: int, n: int, ready, port_out, stop, direct) -> None:
     members = [TRANSLATE.pod(pod(f"g-{i}", 8, gang="g", size=16)) for i in range(16)]
     service.relisted("pods", members)
     service.relisted("podgroups", [])
+    for kind in DRA_KINDS:  # not served on the benchmark's cluster: listed empty
+        service.relisted(kind, [])
     direct.update(service_times(service, [node["metadata"]["name"] for node in cluster(nodes)][:n]))
     server = ExtenderServer(service, Metrics(CollectorRegistry()), TRANSLATE,
                             settings=ServerSettings(listen="127.0.0.1:0"))

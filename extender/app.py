@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -139,7 +140,12 @@ def load_settings(path: str | None, overrides: dict[str, Any]) -> Settings:
     settings, more = from_mapping(overrides, settings)
     problems += more + settings.validate()
     if settings.scheduler_config:
-        problems += check_scheduler_config(settings)
+        found, http_timeout = check_scheduler_config(settings)
+        problems += found
+        if http_timeout is not None and not settings.gangs.max_timeout_seconds:
+            # Per-gang timeouts are capped so a held bind call ends before kube-scheduler cuts it.
+            cap = max(http_timeout - settings.gangs.bind_margin_seconds, 0.0)
+            settings = dataclasses.replace(settings, gangs=dataclasses.replace(settings.gangs, max_timeout_seconds=cap))
     if problems:
         raise ConfigError("; ".join(problems))
     return settings
@@ -154,17 +160,20 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
-def check_scheduler_config(settings: Settings) -> list[str]:
-    """kube-scheduler cuts a bind call at its extender's httpTimeout: it must outlast a gang's wait."""
+def check_scheduler_config(settings: Settings) -> tuple[list[str], float | None]:
+    """kube-scheduler cuts a bind call at its extender's httpTimeout: it must outlast a gang's
+    wait plus its Bindings. Returns the problems and the shortest httpTimeout found."""
     path = settings.scheduler_config
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        return [f"scheduler config {path}: {exc}"]
+        return [f"scheduler config {path}: {exc}"], None
     binders = [e for e in (doc or {}).get("extenders") or [] if isinstance(e, dict) and e.get("bindVerb")]
     if not binders:
-        return [f"scheduler config {path}: no extender sets bindVerb, so gangs are never held at bind"]
+        return [f"scheduler config {path}: no extender sets bindVerb, so gangs are never held at bind"], None
     problems = []
+    shortest = None
+    margin = settings.gangs.bind_margin_seconds
     for ext in binders:
         raw = ext.get("httpTimeout")
         try:
@@ -172,13 +181,14 @@ def check_scheduler_config(settings: Settings) -> list[str]:
         except ValueError as exc:
             problems.append(f"scheduler config {path}: extender {ext.get('urlPrefix')}: httpTimeout {exc}")
             continue
+        shortest = timeout if shortest is None else min(shortest, timeout)
         gang = settings.gangs.default_timeout_seconds
-        if timeout <= gang:
+        if timeout < gang + margin:
             problems.append(
                 f"scheduler config {path}: extender {ext.get('urlPrefix')} has httpTimeout {raw or '5s (default)'}, "
-                f"not longer than the gang timeout {gang:g}s: the scheduler would cut every held bind; "
-                f"set httpTimeout to at least {gang + 30:g}s")
-    return problems
+                f"shorter than the gang timeout {gang:g}s plus {margin:g}s for the Bindings: the scheduler would "
+                f"cut every held bind; set httpTimeout to at least {gang + margin:g}s")
+    return problems, shortest
 
 
 def kube_client(settings: Settings) -> ApiClient:

@@ -32,14 +32,15 @@ from typing import Callable, Sequence
 from extender.core import verdicts
 from extender.core.book import GangBook, GangRecord
 from extender.core.eviction import Choice, Held, NoChoice, choose, without
-from extender.core.lifecycle import HOLDING, Event
+from extender.core.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GangSpec, PodFacts
+from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder
 from extender.core.state import ClusterState, Slot
 from extender.core.topology import Domain, format_path
 from extender.core.verdicts import FilterVerdict
-from extender.settings import PreemptionSettings
+from extender.settings import Settings
 
 Job = Callable[[], None]
 
@@ -72,12 +73,20 @@ class Preemption:
 
 class Preempter:
     def __init__(self, cond: threading.Condition, state: ClusterState, book: GangBook, pods: PodIndex,
-                 binder: Binder, settings: PreemptionSettings, clock: Callable[[], float],
+                 binder: Binder, settings: Settings, clock: Callable[[], float],
+                 spec_of: Callable[[GangRecord, PodFacts], tuple[GangSpec, list[PodFacts], list[PodFacts]]],
+                 unsettled: Callable[[GangSpec, float], str | None],
                  run: Callable[[Job], None] | None = None) -> None:
         self._cond = cond
         self.state, self.book, self.pods, self.binder = state, book, pods, binder
-        self.settings = settings
+        self.settings = settings.preemption
+        self.max_timeout = settings.gangs.max_timeout_seconds
+        """kube-scheduler cuts a held bind call at its httpTimeout: the wait is capped below it."""
         self.clock = clock
+        self.spec_of = spec_of
+        """(spec, pending members, running members) of a gang's round, as filter plans it."""
+        self.unsettled = unsettled
+        """Why a gang of undeclared size is not planned yet (``core.settle``), or None."""
         self.run = run or (lambda job: threading.Thread(target=job, name="railyard-evict", daemon=True).start())
         """Runs a job outside the lock: a thread of its own (tests run it inline)."""
         self._active: dict[str, Preemption] = {}
@@ -89,6 +98,22 @@ class Preempter:
         """gang -> until when it does not look again (it found nothing to preempt)."""
 
     # -- under the service lock --------------------------------------------------------------
+
+    def member(self, rec: GangRecord, pod: PodFacts, now: float) -> list[Job]:
+        """kube-scheduler asks to preempt for a gang member: a PENDING gang (a settled one)
+        chooses; one planned, invalid or preempting already asks nothing."""
+        if not self.settings.gangs or pod.gpus == 0:
+            return []
+        self.book.prepare(rec, pod.key)
+        if rec.phase != Phase.PENDING:
+            return []
+        spec, members, running = self.spec_of(rec, pod)
+        if self.unsettled(spec, now):
+            return []
+        homes = home_domains(self.state.topology, spec, [p.node for p in running])
+        jobs = self.gang(rec, spec, members, sorted(rec.refused), homes, now)
+        self._cond.notify_all()
+        return jobs
 
     def gang(self, rec: GangRecord, spec: GangSpec, members: Sequence[PodFacts], refused: Sequence[str],
              homes: Sequence[Domain], now: float) -> list[Job]:
@@ -164,7 +189,8 @@ class Preempter:
         self._cond.notify_all()  # bind calls held for a released gang end now
         leaving = [p for uid in self._leaving if (p := self.pods.running_pod(uid)) is not None]
         view = without(self.state.view(), [*choice.evict, *leaving])
-        waited = replace(spec, timeout_seconds=spec.timeout_seconds + self.settings.victim_wait_seconds)
+        timeout = spec.timeout_seconds + self.settings.victim_wait_seconds
+        waited = replace(spec, timeout_seconds=min(timeout, self.max_timeout) if self.max_timeout else timeout)
         self.book.reserve(rec, waited, now, refused, [choice.domain], view=view)
         if rec.phase not in HOLDING:  # the planner disagrees with the choice: evict nothing
             self._tell(members, "CannotPreempt", f"{choice.reason}; not started: {rec.reason}")

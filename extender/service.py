@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
-from extender.core import gangspec, settle, verdicts
+from extender.core import gangspec, ledger, settle, verdicts
 from extender.core.book import GangBook, GangRecord
+from extender.core.devices import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
 from extender.core.errors import NotReady, Settling
+from extender.core.ledger import Changes, DeviceLedger
 from extender.core.lifecycle import HOLDING, Event, Phase
-from extender.core.model import GangSpec, GroupFacts, NodeFacts, PodFacts
+from extender.core.model import GangRef, GangSpec, GroupFacts, NodeFacts, PodFacts
 from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
@@ -29,17 +32,76 @@ from extender.core.preemption import vet_victims
 from extender.core.single import best_fit_scores, filter_single, planned_scores
 from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
+from extender.core.recovery import Rounds
 from extender.gate import PermitGate
 from extender.preempting import Preempter
+from extender.recovering import Recoverer
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
 
 KINDS = ("nodes", "pods", "podgroups")
 """What the watch cache lists before railyard plans a gang, unless told otherwise (``kinds``):
-nodes, pods, and each kind of group object (opaque names; ``GroupFacts.kind``)."""
+nodes, pods, and each kind of group object (opaque names; ``GroupFacts.kind``), and the DRA
+kinds (``DRA_KINDS``) where the watch cache lists them."""
+DRA_KINDS = {"deviceclasses": DeviceClassFacts, "resourceslices": SliceFacts, "resourceclaims": ClaimFacts,
+             "resourceclaimtemplates": ClaimTemplateFacts}
 
 
-class TopologyExtender:
+class _DeviceSink:
+    """The DRA half of the cache sink, and the sizing of pods by their claims (``core.ledger``);
+    a part of ``TopologyExtender``, apart only to keep each class readable."""
+
+    _cond: threading.Condition
+    devices: DeviceLedger
+    pods: PodIndex
+    state: ClusterState
+    binder: Binder
+    kinds: tuple[str, ...]
+    _synced: set[str]
+
+    def ready(self) -> bool:
+        with self._cond:
+            return set(self.kinds) <= self._synced
+
+    def _put_node(self, node: NodeFacts) -> None:
+        raise NotImplementedError
+
+    def dra_upserted(self, facts: DraFacts) -> None:
+        with self._cond:
+            self._dra_changed(self.devices.upserted(facts))
+            # A gang released at bind leaves no claim allocated to a member that was not bound
+            # (kube-scheduler's Unreserve keeps it, pinning the next attempt: docs/dra.md).
+            leftover = self.devices.leftover(facts.key, lambda p: self.pods.seen_pod(p) is not None) \
+                if isinstance(facts, ClaimFacts) else None
+            if leftover is not None:
+                namespace, name = leftover.key.split("/", 1)
+                self.binder.deallocate_claim(namespace, name, leftover.uid, leftover.resource_version)
+
+    def dra_deleted(self, facts: DraFacts) -> None:
+        with self._cond:
+            self._dra_changed(self.devices.deleted(facts))
+
+    def _dra_changed(self, changes: Changes) -> None:
+        for node in ledger.dra_changed(self.devices, self.pods, self.state, changes):
+            self._put_node(node)
+
+    def _sized(self, pod: PodFacts, filtering: bool = False) -> PodFacts:
+        """The pod with the GPUs of its claims; one railyard cannot size is left to
+        kube-scheduler (a pod of no gang and no GPUs to railyard), with the reason in an Event."""
+        if not pod.claims:
+            return pod
+        with self._cond:
+            if filtering and pod.gang.named and not self.ready():
+                raise NotReady(verdicts.still_listing(sorted(set(self.kinds) - self._synced), pod.gang.key))
+            sized, problem = self.devices.size(pod)
+        if not problem:
+            return sized
+        if filtering:
+            self.binder.event(pod, "GPUsNotSized", verdicts.not_sized(problem))
+        return replace(pod, gang=GangRef(pod.key, False), gpus=0)
+
+
+class TopologyExtender(_DeviceSink):
     """filter / prioritize / bind / preempt over the core, fed by the watch cache.
 
     Thread-safe: one lock guards the core; bind calls wait on its condition, and the Bindings
@@ -64,10 +126,17 @@ class TopologyExtender:
         self.groups: dict[tuple[str, str], GroupFacts] = {}
         """By ``GroupFacts.id``: a pod reads the group its own convention names."""
         self.arrivals = settle.Arrivals()
+        self.devices = DeviceLedger(settings.placement.gpu_resource, settings.dra.device_classes,
+                                    settings.dra.rail_attribute, settings.topology_attributes())
         self._cond = threading.Condition(threading.RLock())
+        self.rounds = Rounds()
         self.gate = PermitGate(self._cond, self.book, self.pods, binder, self.observer, settings.gangs,
-                               self._tick, clock, sleep)
-        self.preempter = Preempter(self._cond, self.state, self.book, self.pods, binder, settings.preemption, clock)
+                               self._tick, clock, sleep, self._tell)
+        self.recoverer = Recoverer(self._cond, self.state, self.book, self.rounds, self.pods, binder,
+                                   self.observer, settings.gangs, clock, self._tell)
+        self.preempter = Preempter(self._cond, self.state, self.book, self.pods, binder, settings, clock,
+                                   self._spec, lambda spec, now: settle.unsettled(
+                                       spec, self.arrivals.last(spec.key), now, settings.gangs.settle_seconds))
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: set[str] = set()
@@ -77,27 +146,42 @@ class TopologyExtender:
 
     def node_upserted(self, node: NodeFacts) -> None:
         with self._cond:
+            self._put_node(self.devices.node_seen(node))
+
+    def _put_node(self, node: NodeFacts) -> None:
+        with self._cond:
             if self._fixed_levels is None and not self.scheme.schemes_of(node) <= self._schemes:
                 self._levels_stale = True
+            old = self.state.node(node.name)
             self.state.upsert_node(node)
+            if old is not None and (old.unschedulable, old.ready, old.taints) != (node.unschedulable, node.ready,
+                                                                                   node.taints):
+                if self.book.node_changed(node):  # a planned node no longer takes its members
+                    self._tell()
+                    self._cond.notify_all()
 
     def node_deleted(self, name: str) -> None:
         with self._cond:
+            self.devices.node_gone(name)
             self.state.delete_node(name)
             if self.book.node_deleted(name):
+                self._tell()
                 self._cond.notify_all()
 
     def pod_upserted(self, pod: PodFacts) -> None:
         with self._cond:
-            self.pods.changed(pod, self.state)
+            ledger.pod_changed(self.devices, self.pods, self.state, pod)
+            self.rounds.changed(pod, self.clock())
             self.arrivals.noted(pod, self.pods, self.clock())
 
     def pod_deleted(self, pod: PodFacts) -> None:
         with self._cond:
-            self.pods.deleted(pod, self.state)
+            ledger.pod_deleted(self.devices, self.pods, self.state, pod)
+            self.rounds.gone(pod)
             self.preempter.gone(pod.uid or pod.key)
             self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
+                self._tell()
                 self._cond.notify_all()
 
     def group_upserted(self, group: GroupFacts) -> None:
@@ -108,27 +192,26 @@ class TopologyExtender:
         with self._cond:
             self.groups.pop(group.id, None)
 
-    def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts]) -> None:
+    def relisted(self, kind: str, objects: Sequence[NodeFacts | PodFacts | GroupFacts | DraFacts]) -> None:
         with self._cond:
             if kind == "nodes":
-                self.state.set_nodes(o for o in objects if isinstance(o, NodeFacts))
+                self.state.set_nodes(self.devices.nodes_relisted(o for o in objects if isinstance(o, NodeFacts)))
                 self._redetect(force=True)
             elif kind == "pods":
-                self.pods.clear(self.state)
                 pods = [p for p in objects if isinstance(p, PodFacts)]
+                ledger.pods_relisted(self.devices, self.pods, self.state, pods)
+                self.rounds.clear()
                 for pod in pods:
-                    self.pods.changed(pod, self.state)
+                    self.rounds.changed(pod, self.clock())
                 self.state.drop_bound_slots_except({p.key for p in pods})
                 self.preempter.relisted({p.uid or p.key for p in pods})
                 self.arrivals.prune(self.pods.has_pending)
+            elif kind in DRA_KINDS:
+                self._dra_changed(self.devices.relisted(DRA_KINDS[kind], objects))
             else:  # one kind of group object
                 self.groups = {i: g for i, g in self.groups.items() if i[0] != kind}
                 self.groups.update((g.id, g) for g in objects if isinstance(g, GroupFacts))
             self._synced.add(kind)
-
-    def ready(self) -> bool:
-        with self._cond:
-            return set(self.kinds) <= self._synced
 
     def _redetect(self, force: bool = False) -> None:
         if self._fixed_levels is not None:
@@ -146,8 +229,12 @@ class TopologyExtender:
     # -- filter / prioritize -----------------------------------------------------------------
 
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
+        pod = self._sized(pod, filtering=True)
         if pod.gpus == 0:
+            with self._cond:  # without managedResources (DRA claims) every pod comes: bind must know it
+                self.pods.filtered(pod)
             return FilterVerdict(tuple(node_names))
+        self.recoverer.run()
         with self._cond:
             now = self._tick()
             if self._levels_stale:
@@ -175,6 +262,7 @@ class TopologyExtender:
                     break
             if rec.phase not in HOLDING:
                 self.binder.event(pod, "GangUnschedulable", rec.reason)
+            self._tell()
             if rec.round != round_:
                 self._cond.notify_all()
             return verdict
@@ -187,7 +275,8 @@ class TopologyExtender:
         members.sort(key=lambda p: p.key)
         running = self.pods.bound_pods(rec.key)
         spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
-                              self.settings.gangs.default_timeout_seconds, running=len(running))
+                              self.settings.gangs.default_timeout_seconds, running=len(running),
+                              max_timeout=self.settings.gangs.max_timeout_seconds)
         return spec, members, running
 
     def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
@@ -208,6 +297,7 @@ class TopologyExtender:
         self.observer.plan_seconds(time.perf_counter() - started)
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
+        pod = self._sized(pod)
         with self._cond:
             slot = self.state.slot_of(pod.key)
             if slot is not None:
@@ -219,15 +309,25 @@ class TopologyExtender:
     # -- bind: the gang's permit gate (gate.py) ------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.recoverer.run()
         self.gate.bind(namespace, name, uid, node)
 
     def _tick(self) -> float:
         """Apply time: expired deadlines end their rounds; forgotten gangs are collected."""
         now = self.clock()
         if self.book.expire(now):
+            self._tell()
             self._cond.notify_all()
         self.book.collect(now, self.pods.has_pending)
         return now
+
+    def _tell(self) -> None:
+        """The book's notices as Events on the pods they concern (never blocks; rate-limited)."""
+        for notice in self.book.take_notices():
+            for key in notice.members:
+                pod = self.pods.pending_pod(key) or self.pods.seen_pod(key) or self.pods.bound_named(key)
+                if pod is not None:
+                    self.binder.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
 
     # -- preempt -------------------------------------------------------------------------------
 
@@ -235,36 +335,22 @@ class TopologyExtender:
         """A pod of no gang: kube-scheduler's victims, vetoed where they would break a running
         gang. A gang member: railyard chooses and evicts (``preempting``); the scheduler is told
         to evict nothing (an empty reply), so its per-pod choices never scatter evictions."""
-        if not pod.gang.named:
-            with self._cond:
+        pod = self._sized(pod)
+        with self._cond:
+            if not pod.gang.named:
                 return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
                                    self.pods.bound_gang_of, self.pods.bound_uids)
-        with self._cond:
-            jobs = self._preempt_gang(pod)
+            now = self._tick()
+            jobs = self.preempter.member(self.book.record(pod.gang.key, now), pod, now) if self.ready() else []
         self.preempter.start(jobs)
         return {}
-
-    def _preempt_gang(self, pod: PodFacts) -> list:
-        now = self._tick()
-        if not self.settings.preemption.gangs or pod.gpus == 0 or not self.ready():
-            return []
-        rec = self.book.record(pod.gang.key, now)
-        self.book.prepare(rec, pod.key)
-        if rec.phase != Phase.PENDING:
-            return []  # planned already, or invalid (its reason says why)
-        spec, members, running = self._spec(rec, pod)
-        if settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds):
-            return []
-        homes = home_domains(self.state.topology, spec, [p.node for p in running])
-        jobs = self.preempter.gang(rec, spec, members, sorted(rec.refused), homes, now)
-        self._cond.notify_all()
-        return jobs
 
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 
     def _live(self) -> Live:
-        return Live(self.state, self.book, self.pods, self.groups, self.settings.gangs.default_timeout_seconds,
-                    self.arrivals, self.settings.gangs.settle_seconds)
+        g = self.settings.gangs
+        return Live(self.state, self.book, self.pods, self.groups, g.default_timeout_seconds,
+                    self.arrivals, g.settle_seconds, g.max_timeout_seconds)
 
     def debug_gangs(self) -> list[dict]:
         with self._cond:
@@ -276,7 +362,7 @@ class TopologyExtender:
 
     def plan_gang(self, pods: Sequence[PodFacts]) -> list[GangAnswer]:
         with self._cond:
-            return plan_gangs(self._live(), pods)
+            return plan_gangs(self._live(), [self.devices.size(p)[0] for p in pods])
 
     def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
         """Subscribe ``sink`` to gang phase changes. Returns every gang as it is now (so nothing

@@ -9,6 +9,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     preemption: {gangs: true, victim_wait_seconds: 60, blocked_seconds: 30}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
+    dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
 """
 
 from __future__ import annotations
@@ -44,6 +45,21 @@ class PlacementSettings:
 
 
 @dataclass(frozen=True)
+class DraSettings:
+    """GPUs published as DRA devices (``resource.k8s.io/v1``); docs/reference.md, DRA."""
+
+    device_classes: tuple[str, ...] = ()
+    """DeviceClasses whose devices are GPUs, besides those whose ``extendedResourceName`` is
+    ``placement.gpu_resource``."""
+    rail_attribute: str = ""
+    """Device attribute naming a GPU's rail (its NIC rail or local index); without a domain it
+    is the driver's. Empty: rails are not read."""
+    topology_attributes: tuple[str, ...] = ()
+    """``ATTRIBUTE=LABEL``: a node whose GPU devices all carry the same value of ATTRIBUTE is
+    treated as labelled LABEL=value (unless it has that label)."""
+
+
+@dataclass(frozen=True)
 class GangSettings:
     default_timeout_seconds: float = 60.0
     """How long members wait at bind for the rest of their gang, unless the gang says otherwise."""
@@ -55,6 +71,19 @@ class GangSettings:
     """A gang whose size is declared nowhere (no min-member annotation, no PodGroup size) is
     planned only once no new member has appeared for this long; it holds nothing meanwhile.
     0: plan at once with the members seen (they may then bind in rounds)."""
+    max_timeout_seconds: float = 0.0
+    """Longest a gang waits at bind; a longer per-gang timeout is capped to it (and says so).
+    0: kube-scheduler's extender httpTimeout (read from ``scheduler_config``) minus
+    ``bind_margin_seconds``; without ``scheduler_config``, no cap."""
+    bind_margin_seconds: float = 10.0
+    """Kept free of a held bind call's httpTimeout for the gang's Bindings themselves."""
+    recovery_grace_seconds: float = 10.0
+    """A Binding round found partly bound (the process that issued it died, or lost leadership)
+    is completed or compensated once it has stayed partial this long here with no plan of
+    this process in progress for the gang."""
+    binding_pause_seconds: float = 0.0
+    """Fault injection for tests only: a pause between a gang's Bindings, which then go out one
+    by one, so a test can kill the extender in the middle of a burst. Keep 0."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +142,7 @@ class Settings:
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""
     scheduler_config: str = ""
@@ -148,6 +178,13 @@ class Settings:
             problems.append("grpc.max_message_bytes must be positive")
         if self.gangs.default_timeout_seconds <= 0:
             problems.append("gangs.default_timeout_seconds must be positive")
+        if self.gangs.max_timeout_seconds < 0 or self.gangs.bind_margin_seconds < 0:
+            problems.append("gangs.max_timeout_seconds and gangs.bind_margin_seconds must not be negative")
+        elif 0 < self.gangs.max_timeout_seconds < self.gangs.default_timeout_seconds:
+            problems.append(f"gangs.default_timeout_seconds ({self.gangs.default_timeout_seconds:g}) must not exceed "
+                            f"gangs.max_timeout_seconds ({self.gangs.max_timeout_seconds:g})")
+        if self.gangs.recovery_grace_seconds < 0 or self.gangs.binding_pause_seconds < 0:
+            problems.append("gangs.recovery_grace_seconds and gangs.binding_pause_seconds must not be negative")
         if self.gangs.settle_seconds < 0:
             problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:
@@ -162,7 +199,16 @@ class Settings:
             problems.append("placement.volcano_tiers must list distinct, non-empty level keys")
         if not self.placement.gpu_resource:
             problems.append("placement.gpu_resource must not be empty")
+        for entry in self.dra.topology_attributes:
+            attribute, sep, label = entry.partition("=")
+            if not sep or not attribute.strip() or not label.strip():
+                problems.append(f"dra.topology_attributes entries must be ATTRIBUTE=LABEL, got {entry!r}")
         return problems
+
+    def topology_attributes(self) -> tuple[tuple[str, str], ...]:
+        """``dra.topology_attributes`` as (attribute, label) pairs."""
+        pairs = (e.partition("=") for e in self.dra.topology_attributes)
+        return tuple((a.strip(), lbl.strip()) for a, _, lbl in pairs)
 
 
 def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[Settings, list[str]]:

@@ -12,13 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from extender.core import gangspec, settle, verdicts
+from extender.core.address import addresses
 from extender.core.book import GangBook, GangRecord
+from extender.core.devices import DraFacts
+from extender.core.ledger import DeviceLedger, problems as dra_problems
 from extender.core.lifecycle import HOLDING, Phase
-from extender.core.model import GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.pods import PodIndex
 from extender.core.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.state import ClusterState, Reservation
-from extender.settings import GangSettings
+from extender.core.topology import Topology
+from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,13 @@ class GangAnswer:
     domain: list[str | None] | None
     placement: dict[str, str]
     reason: str
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """The topology address of each placed member, in rank order (``address_json``)."""
+    slices: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"gang": self.gang, "feasible": self.feasible, "level": self.level, "domain": self.domain,
-                "placement": self.placement, "reason": self.reason}
+                "placement": self.placement, "reason": self.reason, "slices": self.slices, "ranks": self.ranks}
 
 
 def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
@@ -48,7 +55,27 @@ def answer(state: ClusterState, result: Placement | NoPlacement, members: set[st
         domain=list(result.domain.path),
         placement={s.member: s.node for s in result.slots if s.member in members},
         reason=verdicts.explain_placement(topo, result),
+        ranks=[address_json(a) for a in addresses(topo, result) if a.pod in members],
+        slices=slices_json(topo, result),
     )
+
+
+def address_json(a: Address) -> dict[str, Any]:
+    """rank -> pod -> node -> domains, as the plan, /debug/gangs and ExplainPod show it."""
+    return {"rank": a.rank, "slice": a.slice, "pod": a.pod, "node": a.node,
+            "domains": [{"level": p.level, "name": p.name, "domain": p.domain} for p in a.domains]}
+
+
+def slices_json(topo: Topology, placement: Placement | None) -> dict[str, Any] | None:
+    rule = placement.slices if placement is not None else None
+    if placement is None or rule is None:
+        return None
+    count = sum(1 for s in placement.slots if s.gpus > 0) // rule.size
+    return {"size": rule.size, "level": topo.level_key(rule.level), "count": count}
+
+
+def ranks_json(topo: Topology, placement: Placement | None) -> list[dict[str, Any]]:
+    return [address_json(a) for a in addresses(topo, placement)] if placement is not None else []
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -68,18 +95,26 @@ class WhatIf:
     """By ``GroupFacts.id``; a gang reads the group its members' convention names."""
     problems: list[str] = field(default_factory=list)
     default_timeout: float = GangSettings().default_timeout_seconds
+    devices: DeviceLedger = field(default_factory=lambda: DeviceLedger(DEFAULT_GPU_RESOURCE))
 
     @classmethod
     def load(cls, nodes: Sequence[NodeFacts], levels: LevelChoice, pods: Iterable[PodFacts] = (),
-             groups: Iterable[GroupFacts] = ()) -> "WhatIf":
+             groups: Iterable[GroupFacts] = (), dra: Iterable[DraFacts] = (),
+             gpu_resource: str = DEFAULT_GPU_RESOURCE) -> "WhatIf":
+        """``dra``: DeviceClasses, ResourceSlices, ResourceClaims and templates; a node without
+        allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims."""
         state = ClusterState(levels.levels)
         problems = list(levels.problems)
         named = [n for n in nodes if n.name]
         if len(named) < len(nodes):
             problems.append(f"{len(nodes) - len(named)} node(s) without metadata.name were skipped")
-        state.set_nodes(named)
+        devices = DeviceLedger(gpu_resource)
+        for facts in dra:
+            devices.upserted(facts)
+        state.set_nodes(devices.nodes_relisted(named))
         unknown_nodes = 0
         for pod in pods:
+            pod, _ = devices.size(pod)
             usage = pod.usage
             if usage is None:
                 continue
@@ -88,13 +123,22 @@ class WhatIf:
             state.upsert_pod(usage)
         if unknown_nodes:
             problems.append(f"{unknown_nodes} pod(s) on nodes that are not in the node list were ignored")
+        devices.apply_claims(state, list(devices.claims))
         problems.extend(state.topology.problems)
-        return cls(state, {g.id: g for g in groups}, problems)
+        problems.extend(dra_problems(devices))
+        return cls(state, {g.id: g for g in groups}, problems, devices=devices)
 
     def plan_pending(self, pending: Iterable[PodFacts]) -> list[GangAnswer]:
-        """Plan each gang in order of first appearance; each sees the ones before it reserved."""
+        """Plan each gang in order of first appearance; each sees the ones before it reserved.
+        A gang with a member whose claims railyard cannot size gets that reason."""
         answers = []
-        for key, members in by_gang(pending).items():
+        for key, pods in by_gang(pending).items():
+            sized = [self.devices.size(p) for p in pods]
+            unsized = next((problem for _, problem in sized if problem), "")
+            if unsized:
+                answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
+                continue
+            members = [p for p, _ in sized]
             spec = gangspec.build(key, members, self.groups.get(members[0].gang.group_id), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))
@@ -117,6 +161,7 @@ class Live:
     default_timeout: float
     arrivals: settle.Arrivals = field(default_factory=settle.Arrivals)
     settle_seconds: float = 0.0
+    max_timeout: float = 0.0
 
 
 def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
@@ -124,7 +169,8 @@ def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     own reservation (if it holds one) given back."""
     answers = []
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout)
+        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout,
+                              max_timeout=live.max_timeout)
         with own_reservation_returned(live.state, key):
             answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
     return answers
@@ -144,6 +190,8 @@ def debug_gangs(live: Live, now: float) -> list[dict]:
             "plan": {s.member: s.node for s in slots},  # members that came later by name
             "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             "reason": rec.reason,
+            "slices": slices_json(live.state.topology, rec.placement),
+            "ranks": ranks_json(live.state.topology, rec.placement),
         })
     return out
 
@@ -163,13 +211,18 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
     out: dict[str, Any] = {
         "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pending is not None else "bound",
         "reason": "", "plan": {}, "min_member": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
-        "pods": 0, "level": "", "fit": [],
+        "pods": 0, "level": "", "fit": [], "slices": None, "ranks": [],
     }
     if rec is not None:
         _describe(out, rec, now)
+        if rec.placement is not None and (rec.phase in HOLDING or rec.phase == Phase.BOUND):
+            # Held or bound: the addresses its members were (or will be) bound with.
+            out["slices"] = slices_json(live.state.topology, rec.placement)
+            out["ranks"] = ranks_json(live.state.topology, rec.placement)
     if not members:
         return out
-    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout)
+    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout,
+                          max_timeout=live.max_timeout)
     if rec is not None and rec.phase == Phase.PENDING:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
         waiting = settle.unsettled(spec, live.arrivals.last(gang), now, live.settle_seconds)
@@ -186,8 +239,14 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
             out["reason"] = f"{why}; planned now: {now_plan}"
     out["pods"] = len(spec.demand())
     out["level"] = topo.level_key(bound_level) or ""
+    if out["slices"] is None and spec.slice_size and spec.slice_level is not None:
+        asked = topo.level_index(spec.slice_level)
+        count = sum(1 for gpus in spec.demand() if gpus > 0) // spec.slice_size
+        out["slices"] = {"size": spec.slice_size, "count": count,
+                         "level": topo.level_key(asked) if asked is not None else spec.slice_level}
     out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,
-                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes}
+                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes,
+                   "slices": r.slices}
                   for r in rows]
     return out
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from extender import topotext
+from tests.service.test_dra_service import claim, gpu_slice, node, template
 from tests.topologies import TWO_RACKS, gang, pod
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dra"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -40,11 +44,35 @@ def test_plan_prints_one_answer_per_gang(files):
         "gang": "ml/a", "feasible": True, "level": "network.topology.nvidia.com/accelerator",
         "domain": ["b1", "r1", "n1"], "placement": {"ml/a-0": "h1", "ml/a-1": "h2"},
         "reason": "gang ml/a: 2 pods, 16 GPUs on 2 nodes within network.topology.nvidia.com/accelerator b1/r1/n1",
+        "slices": None, "ranks": [address(0, None, "ml/a-0", "h1", "b1/r1/n1"), address(1, None, "ml/a-1", "h2", "b1/r1/n1")],
     }
     assert b["feasible"] is False and b["level"] is None and b["placement"] == {}
     assert b["reason"] == ("gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 "
                            "(16 GPUs reserved for other gangs, 14 GPUs in use)")
     assert solo["placement"] == {"ml/solo": "h4"} and solo["level"] == "kubernetes.io/hostname"
+
+
+def address(rank, slice_, pod, node, nvlink):
+    """One member's address in TWO_RACKS (spine b1 > leaf r1/r2 > nvlink n1..n3)."""
+    spine, leaf, _ = nvlink.split("/")
+    return {"rank": rank, "slice": slice_, "pod": pod, "node": node, "domains": [
+        {"level": "network.topology.nvidia.com/spine", "name": "spine", "domain": spine},
+        {"level": "network.topology.nvidia.com/leaf", "name": "leaf", "domain": f"{spine}/{leaf}"},
+        {"level": "network.topology.nvidia.com/accelerator", "name": "nvlink", "domain": nvlink}]}
+
+
+def test_plan_prints_each_members_address_in_slices(files):
+    sliced = gang("s", 4, 4, annotations={"railyard.io/slice-size": "2", "railyard.io/slice-required-topology": "nvlink",
+                                          "railyard.io/min-member": "4"})
+    for i, p in enumerate(sliced):
+        p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(3 - i)
+    (files / "sliced.json").write_text(json.dumps({"kind": "List", "items": sliced}))
+    r = run("--nodes", str(files / "nodes.json"), "--pods", str(files / "pods.yaml"), "--gang", str(files / "sliced.json"))
+    (s,) = json.loads(r.stdout)["gangs"]
+    assert s["slices"] == {"size": 2, "level": "network.topology.nvidia.com/accelerator", "count": 2}
+    # 4 pods x 4 GPUs: n1 is the exact fit; slice 0 (ranks 0, 1) takes h1, slice 1 h2.
+    assert s["ranks"] == [address(0, 0, "ml/s-3", "h1", "b1/r1/n1"), address(1, 0, "ml/s-2", "h1", "b1/r1/n1"),
+                          address(2, 1, "ml/s-1", "h2", "b1/r1/n1"), address(3, 1, "ml/s-0", "h2", "b1/r1/n1")]
 
 
 def test_without_pods_every_gpu_is_free(files):
@@ -84,3 +112,32 @@ def test_bad_input_exits_2_with_one_line(files, content, message):
 def test_missing_file(files):
     r = run("--nodes", str(files / "nope.json"), "--gang", str(files / "pending.json"))
     assert r.returncode == 2 and "nope.json: cannot read" in r.stderr
+
+
+def test_plan_reads_resource_slices_claims_and_templates(tmp_path):
+    # DRA cluster by hand: NVLink a = a1 a2 free; NVLink b = b1 (its 8 devices held by the extended-
+    # resource claim of a pod bound there) b2 free. No node has allocatable nvidia.com/gpu.
+    device_class = yaml.safe_load((FIXTURES / "deviceclass-nvidia-gpu.yaml").read_text())
+    nodes = tmp_path / "cluster.json"
+    nodes.write_text(json.dumps({"kind": "List", "items": [
+        *({"kind": "Node", **node(n)} for n in ("a1", "a2", "b1", "b2")), device_class,
+        *({"kind": "ResourceSlice", **gpu_slice(n)} for n in ("a1", "a2", "b1", "b2"))]}))
+    running = tmp_path / "running.json"
+    running.write_text(json.dumps({"kind": "List", "items": [
+        pod("ext-b1", 8, node="b1"),
+        {"kind": "ResourceClaim", **claim("ext-b1-extended-resources-x", "b1", 8, owner_uid="uid-ml-ext-b1",
+                                         reserved=["uid-ml-ext-b1"], extended=True)}]}))
+    pending = tmp_path / "pending.yaml"
+    tmpl = [{"name": "gpus", "resourceClaimTemplateName": "gpu8"}]
+    pending.write_text(yaml.safe_dump_all([
+        {"kind": "ResourceClaimTemplate", **template("gpu8", 8)},
+        *gang("t", 2, 0, resourceClaims=tmpl), *gang("u", 2, 0, resourceClaims=tmpl),
+        *gang("v", 1, 0, resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "missing"}])]))
+    r = run("--nodes", str(nodes), "--pods", str(running), "--gang", str(pending), "--levels", "nvidia.com/gpu.clique")
+    assert r.returncode == 0, r.stderr
+    t, u, v = json.loads(r.stdout)["gangs"]
+    assert t["placement"] == {"ml/t-0": "a1", "ml/t-1": "a2"} and t["domain"] == ["uuid-a.1"]
+    assert u["reason"] == "gang ml/u needs 2 pods x 8 GPUs; the cluster fits 1 (16 GPUs reserved for other gangs, 8 GPUs in use)"
+    assert v["feasible"] is False and v["reason"] == (
+        "pod ml/v-0: ResourceClaimTemplate ml/missing (entry gpus) is not known to railyard; railyard cannot count "
+        "the pod's GPUs and leaves it to kube-scheduler (no gang hold)")

@@ -168,6 +168,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         {verb: _r(_hist_sum(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb) * 1000
                   / len(binds), 4) if binds else None for verb in ("filter", "prioritize", "bind")}
         if result.extender_metrics else None)
+    out["kueue"] = kueue_numbers(result, gangs, by_job) if result.workloads else None
     pct = result.percentage_of_nodes_to_score
     out["percentage_of_nodes_to_score"] = pct
     out["nodes_to_find"] = (arms_mod.nodes_to_find(pct, len(caps)) if pct is None or isinstance(pct, int)
@@ -186,6 +187,43 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                               for verb in ("filter", "prioritize")}
     series["gangs_per_leaf"] = _gangs_per_leaf(complete, by_job, paths)
     return out, series
+
+
+def kueue_numbers(result: ArmResult, gangs: list[Job], by_job: dict[str, list[PodRecord]]) -> dict[str, Any]:
+    """A Kueue arm's admission times, per gang, from the watch on Workloads and the pods:
+    ``created_to_admitted_s`` first member created -> Workload admitted (Kueue's part of the
+    gang's time-to-bind, waiting for capacity included); ``last_member_to_admitted_s`` last
+    member created -> admitted (a pod group's Workload exists only once every member does);
+    ``admitted_to_bound_s`` admitted -> last member bound (Kueue ungating + kube-scheduler).
+    From Kueue's metrics: ``admission_attempt_ms`` (one attempt of its scheduler, TAS included;
+    every result), ``admission_attempts`` by result, ``admission_wait_s`` (created or requeued
+    -> admitted, every Workload)."""
+    admitted = {w.job: w for w in result.workloads.values() if w.admitted is not None}
+    to_admit, last_to_admit, to_bound = [], [], []
+    for job in gangs:
+        w = admitted.get(job.name)
+        created = [m.created for m in by_job[job.name] if m.created is not None]
+        if w is None or len(created) < job.pods:
+            continue
+        to_admit.append(w.admitted - min(created))
+        last_to_admit.append(max(0.0, w.admitted - max(created)))
+        bound = [m.bound for m in by_job[job.name] if m.bound is not None]
+        if len(bound) == job.pods:
+            to_bound.append(max(0.0, max(bound) - w.admitted))
+
+    def p(values: list[float]) -> dict[str, float | None]:
+        return {"p50": _r(percentile(values, 50)), "p99": _r(percentile(values, 99))}
+
+    wait = _buckets(result.kueue_metrics, "kueue_admission_wait_time_seconds")
+    return {
+        "workloads": {"total": len(result.workloads), "admitted": sum(w.admitted is not None for w in result.workloads.values())},
+        "gang_created_to_admitted_s": p(to_admit),
+        "gang_last_member_to_admitted_s": p(last_to_admit),
+        "gang_admitted_to_bound_s": p(to_bound),
+        "admission_attempt_ms": _hist_ms(result.kueue_metrics, "kueue_admission_attempt_duration_seconds"),
+        "admission_attempts": _counter_by(result.kueue_metrics, "kueue_admission_attempts", "result"),
+        "admission_wait_s": {"p50": _r(histogram_quantile(wait, 0.5)), "p99": _r(histogram_quantile(wait, 0.99))},
+    }
 
 
 def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[str, float] | None,

@@ -16,7 +16,16 @@ annotations, inert without the extender), so the arms differ only in what the is
   ``scheduling.k8s.io/v1beta1``): a Workload and a PodGroup per gang (``gang.minCount`` = pods,
   ``schedulingConstraints.topology[0].key`` = the required level; KEP-5732 has no preferred
   level), members name it in ``spec.schedulingGroup.podGroupName``;
-- D: a peer built from the Go module proxy (Kueue with TAS). Not run: see ``SKIPPED``.
+- D: Kueue v0.17.0 with topology-aware scheduling (``cluster up --with-kueue``, its default
+  gates) admitting every pod, kube-scheduler in its default configuration (as A) binding each
+  pod where Kueue's TAS put it. One Topology (block > leaf > NVLink > hostname), one TAS
+  ResourceFlavor, one ClusterQueue whose GPU quota is the whole cluster (so TAS capacity, not
+  quota, decides), one LocalQueue. A gang is a Kueue pod group (label
+  ``kueue.x-k8s.io/pod-group-name``, annotation ``kueue.x-k8s.io/pod-group-total-count``),
+  ranked by label ``kueue.x-k8s.io/pod-group-pod-index``; a required / preferred level becomes
+  ``kueue.x-k8s.io/podset-required-topology`` / ``podset-preferred-topology`` (Kueue expresses
+  both); no request gets no annotation (a TAS-only ClusterQueue then treats the gang as
+  unconstrained). Single pods are Kueue workloads of one pod.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness.scenario import LEVEL_KEYS
+from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
 from extender.localcluster import config as localconfig
 
@@ -34,18 +43,21 @@ SCHEDULING_V1BETA1 = "/apis/scheduling.k8s.io/v1beta1"
 NATIVE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}
 NATIVE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
 
-SKIPPED = {
-    "D": ("not run. Kueue is served by the Go module proxy (sigs.k8s.io/kueue v0.17.0: go 1.25, "
-          "k8s.io/* v0.35.3, controller-runtime v0.23.3, no replace directives, CRDs in "
-          "config/components/crd/bases), so its manager (cmd/kueue) should build with one more helper "
-          "module. Running it with TAS needs more than the binary: its CRDs installed, its admission "
-          "webhooks re-pointed from the in-cluster Service to a loopback URL with their CA bundle (this "
-          "cluster has no Service routing), a Configuration enabling the pod and pod-group integrations "
-          "and TopologyAwareScheduling, and per arm Topology, ResourceFlavor, ClusterQueue and "
-          "LocalQueue objects; pods then carry kueue.x-k8s.io/queue-name and pod-group labels and are "
-          "ungated by Kueue. That wiring, and a build sharing the 2 cores with the other arms, did not fit "
-          "this benchmark's time budget; it is the next arm to add (bench/harness/arms.py)."),
-}
+#: Arm D's Kueue objects (``kueue.x-k8s.io/v1beta2``, the storage version of v0.17.0) and the
+#: pod labels and annotations Kueue reads (v0.17.0 ``pkg/controller/jobs/pod/constants``,
+#: ``apis/kueue/v1beta2/topology_types.go``, ``pkg/controller/constants``).
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+KUEUE_QUEUE = "bench"
+KUEUE_FLAVOR = "bench-gpu"
+KUEUE_TOPOLOGY = "bench-topology"
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
+KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+#: A label every node of a topotext cluster carries: a TAS ResourceFlavor needs one nodeLabel.
+KUEUE_NODE_LABELS = {"type": "kwok"}
 
 
 #: ``Arm.percentage_of_nodes_to_score``: run the configuration ``cluster up`` generates as is
@@ -64,6 +76,8 @@ class Arm:
     percentage_of_nodes_to_score: int | None | str = AS_GENERATED
     """``percentageOfNodesToScore`` in the scheduler configuration: a number, None to leave the
     key out (kube-scheduler's adaptive default), or ``AS_GENERATED``."""
+    kueue: bool = False
+    """Run Kueue (``cluster up --with-kueue``, TAS on) and submit every pod through it."""
 
 
 ARMS = {
@@ -73,7 +87,8 @@ ARMS = {
     # C keeps the generated configuration (percentageOfNodesToScore: 100), as in every run so far.
     "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
              native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
-    "D": Arm("D", "Kueue TAS (try)"),
+    "D": Arm("D", "Kueue v0.17.0 TAS admits, kube-scheduler places (default configuration)",
+             percentage_of_nodes_to_score=None, kueue=True),
 }
 
 
@@ -129,6 +144,16 @@ def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:
             annotations["railyard.io/preferred-topology"] = LEVEL_KEYS[job.preferred]
         if arm.native:
             spec["schedulingGroup"] = {"podGroupName": job.name}
+        if arm.kueue:
+            labels[KUEUE_GROUP_NAME] = job.name
+            labels[KUEUE_POD_INDEX] = str(index)
+            annotations[KUEUE_GROUP_TOTAL] = str(job.pods)
+            if job.required:
+                annotations[KUEUE_REQUIRED] = LEVEL_KEYS[job.required]
+            if job.preferred:
+                annotations[KUEUE_PREFERRED] = LEVEL_KEYS[job.preferred]
+    if arm.kueue:
+        labels[KUEUE_QUEUE_NAME] = KUEUE_QUEUE
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels, "annotations": annotations},
             "spec": spec}
@@ -153,3 +178,30 @@ def group_objects(job: Job, arm: Arm) -> list[tuple[str, dict[str, Any]]]:
                 "metadata": {"name": job.name, "namespace": NAMESPACE},
                 "spec": {"workloadRef": {"workloadName": job.name, "templateName": "workers"}, **group_spec}}
     return [(f"{base}/workloads", workload), (f"{base}/podgroups", podgroup)]
+
+
+def kueue_objects(arm: Arm, nodes: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(collection path, object) to create once before any pod, for a Kueue arm: the Topology
+    (block > leaf > NVLink > hostname, so Kueue picks each pod's node), its ResourceFlavor, a
+    ClusterQueue whose GPU quota is every GPU of ``nodes`` and the LocalQueue in ``NAMESPACE``
+    (shapes as in Kueue's ``site/static/examples/tas/sample-queues.yaml``)."""
+    if not arm.kueue:
+        return []
+    gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes)
+    levels = [LEVEL_KEYS[w] for w in ("block", "leaf", "nvl")] + [HOSTNAME]
+
+    def obj(kind: str, name: str, spec: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, "spec": spec}
+
+    return [
+        (f"{KUEUE_API}/topologies", obj("Topology", KUEUE_TOPOLOGY, {"levels": [{"nodeLabel": k} for k in levels]})),
+        (f"{KUEUE_API}/resourceflavors", obj("ResourceFlavor", KUEUE_FLAVOR, {
+            "nodeLabels": dict(KUEUE_NODE_LABELS), "topologyName": KUEUE_TOPOLOGY})),
+        (f"{KUEUE_API}/clusterqueues", obj("ClusterQueue", KUEUE_QUEUE, {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": KUEUE_FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]})),
+        (f"{KUEUE_API}/namespaces/{NAMESPACE}/localqueues",
+         obj("LocalQueue", KUEUE_QUEUE, {"clusterQueue": KUEUE_QUEUE}, NAMESPACE)),
+    ]

@@ -2,9 +2,9 @@
 labels only: nothing here asks railyard.
 
 A *preemptor* is a gang job whose PriorityClass (workload key ``priority_classes``) is above
-some other job's. A *victim* is a pod of another job deleted before it finished (nothing else
-deletes pods during an arm); each is counted against the preemptor created most recently
-before it was deleted. Per preemptor:
+some other job's. A *victim* is a pod of another job seen being deleted (``deletionTimestamp``)
+before it finished (nothing else deletes pods during an arm); each is counted against the
+preemptor created most recently before that. Per preemptor:
 
 - ``victims``: its victims;
 - ``needed``: the fewest pods of lower priority whose removal, at the moment its first member was

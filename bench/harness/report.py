@@ -142,12 +142,18 @@ KEY_ROWS = (
     ("railyard filter p50 / p99 ms", None),
     ("railyard prioritize p50 / p99 ms", None),
     ("railyard bind p50 / p99 ms", None),
+    ("Kueue: gang first member created -> admitted p50 / p99 s", None),
+    ("Kueue: gang last member created -> admitted p50 / p99 s", None),
+    ("Kueue: gang admitted -> last member bound p50 / p99 s", None),
+    ("Kueue: admission attempt mean / p99 ms (its scheduler, TAS included)", None),
+    ("Kueue: admission attempts success / inadmissible", None),
     ("percentageOfNodesToScore (feasible nodes to find)", None),
     ("kube-scheduler CPU ms/pod", ("cpu_ms_per_pod", "kube-scheduler")),
     ("kube-apiserver CPU ms/pod", ("cpu_ms_per_pod", "kube-apiserver")),
     ("etcd CPU ms/pod", ("cpu_ms_per_pod", "etcd")),
     ("kwok CPU ms/pod", ("cpu_ms_per_pod", "kwok")),
     ("railyard CPU ms/pod", ("cpu_ms_per_pod", "railyard")),
+    ("kueue CPU ms/pod", ("cpu_ms_per_pod", "kueue")),
     ("harness CPU ms/pod (watch)", ("cpu_ms_per_pod", "harness")),
     ("other work on the machine CPU ms/pod", ("cpu_ms_per_pod", "other")),
     ("cores busy in the scheduling window (of 2)", ("cpu", "scheduling", "cores_busy")),
@@ -172,6 +178,8 @@ def _cell(arm: dict[str, Any], label: str, keys: tuple[str, ...] | None) -> str:
             pct = arm["percentage_of_nodes_to_score"]
             shown = "default" if pct is None else str(pct)
             return shown + (f" ({arm['nodes_to_find']})" if arm.get("nodes_to_find") is not None else "")
+        if label.startswith("Kueue"):
+            return _kueue_cell(arm.get("kueue"), label)
         verb = label.split()[1]
         v = (arm.get("extender_verb_ms") or {}).get(verb)
         return f"{v['p50']} / {v['p99']}" if v and v.get("p50") is not None else "-"
@@ -179,6 +187,21 @@ def _cell(arm: dict[str, Any], label: str, keys: tuple[str, ...] | None) -> str:
     for k in keys:
         value = value.get(k) if isinstance(value, dict) else None
     return "-" if value is None else f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _kueue_cell(k: dict[str, Any] | None, label: str) -> str:
+    if not k:
+        return "-"
+    if "attempts" in label and "mean" not in label:
+        a = k.get("admission_attempts") or {}
+        return f"{a.get('success', 0)} / {a.get('inadmissible', 0)}"
+    if "attempt" in label:
+        v = k.get("admission_attempt_ms") or {}
+        return f"{v.get('mean')} / {v.get('p99')}" if v.get("count") else "-"
+    key = ("gang_created_to_admitted_s" if "first member" in label else
+           "gang_last_member_to_admitted_s" if "last member created" in label else "gang_admitted_to_bound_s")
+    v = k.get(key) or {}
+    return f"{v.get('p50')} / {v.get('p99')}" if v.get("p50") is not None else "-"
 
 
 def table(doc: dict[str, Any]) -> str:

@@ -30,6 +30,14 @@ NOTES = [
     "railyard's labels and annotations, inert without the extender. Arm C gets only the required "
     "level (KEP-5732 has no preferred level); gangs with a preferred or no request get a PodGroup "
     "with gang.minCount and no topology constraint.",
+    "Arm D: Kueue v0.17.0 (TopologyAwareScheduling on, its default) admits every pod (single pods are "
+    "one-pod workloads) through one ClusterQueue whose GPU quota is the whole cluster, so TAS capacity "
+    "decides, not quota; its Topology is block > leaf > NVLink > hostname, so Kueue chooses each pod's "
+    "node and kube-scheduler (default configuration, as A) binds it there (nodeSelector). Required and "
+    "preferred levels map to Kueue's podset-required-topology / podset-preferred-topology (preferred: "
+    "Kueue starts at that level and goes up, spreading at the top if nothing holds the gang); no request "
+    "gets no annotation (Kueue then places the gang unconstrained); ranks are "
+    "kueue.x-k8s.io/pod-group-pod-index. A Kueue pod group's Workload exists only once all its members do.",
     "The narrowest-domain share and domain counts are computed from node labels and observed "
     "bindings only (bench/harness/analysis.py), not with railyard's planner; free GPUs do not "
     "see reservations or pods held at bind, so a gang placed wider because a narrower domain was "
@@ -117,10 +125,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     results, series, skipped = {}, {}, {}
     notes = list(NOTES)
     for name in arm_names:
-        if name in arms_mod.SKIPPED:
-            skipped[name] = arms_mod.SKIPPED[name]
-            print(f"bench[{name}]: skipped: {skipped[name][:100]}...", file=sys.stderr)
-            continue
         arm = arms_mod.ARMS[name]
         try:
             result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, out / f"arm-{name}" / "cluster")

@@ -13,7 +13,6 @@ import os
 import signal
 import ssl
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -22,17 +21,12 @@ from itertools import groupby, zip_longest
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-import urllib3
-
 import yaml
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod
+from bench.harness import arms as arms_mod, cpu as cpu_mod, kube as kube_mod, kueue as kueue_mod
 from bench.harness.workload import Job
+from extender import topotext
 from extender.localcluster import cluster, config as localconfig, pki as pki_mod
-
-#: Concurrent creations: enough to keep the API server busy on 2 cores (as ``cluster up`` does).
-CREATE_THREADS = 16
 
 
 @dataclass
@@ -45,8 +39,8 @@ class PodRecord:
     node: str | None = None
     finished: float | None = None
     deleted: float | None = None
-    """When the watch saw the pod deleted before it finished (a preemption victim: nothing
-    else deletes pods during an arm)."""
+    """When the watch first saw the pod being deleted (``deletionTimestamp``) before it finished:
+    a preemption victim (nothing else deletes pods during an arm)."""
 
 
 @dataclass
@@ -72,96 +66,29 @@ class ArmResult:
     its cluster's scheduler-config.yaml)."""
     load_average_1m: list[float] = field(default_factory=list)
     """The 1-minute load average sampled every 15 s of the arm."""
+    workloads: dict[str, kueue_mod.WorkloadRecord] = field(default_factory=dict)
+    """A Kueue arm's Workloads by name, as its watch saw them; {} for the others."""
+    kueue_metrics: str = ""
 
 
-class Kube:
-    """Pooled HTTPS to the local API server with the admin client certificate."""
-
-    def __init__(self, api_url: str, pki: pki_mod.Pki) -> None:
-        self.url = api_url
-        self._kw = dict(cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
-                        cert_file=str(pki.admin_cert), key_file=str(pki.admin_key), retries=False)
-        self.pool = urllib3.PoolManager(num_pools=2, maxsize=CREATE_THREADS + 2, block=True,
-                                        timeout=urllib3.Timeout(connect=5, read=60), **self._kw)
-
-    def create(self, path: str, obj: dict[str, Any], attempts: int = 5) -> bool:
-        """POST; 409 counts as created (a retried create). Retries transient failures."""
-        body = orjson.dumps(obj)
-        for attempt in range(attempts):
-            try:
-                r = self.pool.request("POST", self.url + path, body=body,
-                                      headers={"Content-Type": "application/json"})
-                if r.status in (200, 201, 202, 409):
-                    return True
-                if r.status < 500 and r.status != 429:
-                    print(f"bench: create {path} {obj['metadata']['name']}: HTTP {r.status} "
-                          f"{r.data[:300]!r}", file=sys.stderr)
-                    return False
-            except urllib3.exceptions.HTTPError:
-                pass
-            time.sleep(0.2 * (attempt + 1))
-        return False
-
-    def get(self, path: str) -> dict[str, Any]:
-        r = self.pool.request("GET", self.url + path)
-        if r.status != 200:
-            raise RuntimeError(f"GET {path}: HTTP {r.status}")
-        return orjson.loads(r.data)
-
-    def watch_pool(self) -> urllib3.PoolManager:
-        return urllib3.PoolManager(num_pools=1, maxsize=1,
-                                   timeout=urllib3.Timeout(connect=5, read=None), **self._kw)
-
-
-class PodWatcher(threading.Thread):
+class PodWatcher(kube_mod.Watch):
     """Follows the bench namespace's pods and stamps bound/finished times into the records."""
 
-    def __init__(self, kube: Kube, records: dict[str, PodRecord], t0: list[float]) -> None:
-        super().__init__(daemon=True, name="bench-watch")
-        self._kube, self._records, self._t0 = kube, records, t0
-        self._stop = threading.Event()
-        self.lock = threading.Lock()
+    def __init__(self, kube: kube_mod.Kube, records: dict[str, PodRecord], t0: list[float]) -> None:
+        super().__init__(kube, f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods", "bench-watch")
+        self._records, self._t0 = records, t0
         self.bound_count = 0
         self.last_bind = 0.0
-        self.error: str | None = None
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def run(self) -> None:
-        path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
-        pool = self._kube.watch_pool()
-        rv = self._kube.get(path + "?limit=1")["metadata"]["resourceVersion"]
-        while not self._stop.is_set():
-            try:
-                resp = pool.request("GET", f"{self._kube.url}{path}?watch=1&allowWatchBookmarks=true"
-                                    f"&resourceVersion={rv}&timeoutSeconds=600", preload_content=False)
-                buf = b""
-                for chunk in resp.stream(65536):
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        if line:
-                            rv = self._event(orjson.loads(line)) or rv
-                    if self._stop.is_set():
-                        break
-                resp.release_conn()
-            except (urllib3.exceptions.HTTPError, ValueError) as exc:
-                self.error = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.5)
-
-    def _event(self, event: dict[str, Any]) -> str | None:
-        obj = event.get("object") or {}
-        if event.get("type") == "ERROR":
-            raise ValueError(f"watch error: {obj.get('message')}")
-        meta = obj.get("metadata") or {}
+    def handle(self, obj: dict[str, Any]) -> None:
         now = time.monotonic() - self._t0[0]
-        rec = self._records.get(meta.get("name", ""))
+        rec = self._records.get((obj.get("metadata") or {}).get("name", ""))
         if rec is not None:
             node = (obj.get("spec") or {}).get("nodeName")
             phase = (obj.get("status") or {}).get("phase")
             with self.lock:
-                if event.get("type") == "DELETED" and rec.finished is None and rec.deleted is None:
+                if (obj.get("metadata") or {}).get("deletionTimestamp") and rec.finished is None \
+                        and rec.deleted is None:
                     rec.deleted = now
                 if node and rec.bound is None:
                     rec.bound, rec.node = now, node
@@ -169,7 +96,6 @@ class PodWatcher(threading.Thread):
                     self.last_bind = now
                 if phase in ("Succeeded", "Failed") and rec.finished is None:
                     rec.finished = now
-        return meta.get("resourceVersion")
 
 
 def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: dict[str, Any],
@@ -186,11 +112,13 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
     up_started = time.monotonic()
     info = cluster.up(cluster.UpOptions(
         workdir=workdir, topology=topology_text, extender=arm.extender, scheduler_config=config_file,
-        feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, timeout=600), log=log)
+        feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, kueue=arm.kueue,
+        timeout=600), log=log)
     up_s = time.monotonic() - up_started
     say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
     try:
-        result = _drive(arm, jobs, workload, info, up_s, say)
+        nodes = topotext.load(topology_text).nodes if arm.kueue else []
+        result = _drive(arm, jobs, workload, info, nodes, up_s, say)
         result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml")
         return result
     finally:
@@ -207,8 +135,8 @@ def _percentage(config_file: Path) -> int | None:
 
 
 def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: cluster.ClusterInfo,
-           up_s: float, say) -> ArmResult:
-    kube = Kube(info.api_url, pki_mod.Pki.at(info.workdir / "pki"))
+           nodes: list[dict[str, Any]], up_s: float, say) -> ArmResult:
+    kube = kube_mod.Kube(info.api_url, pki_mod.Pki.at(info.workdir / "pki"))
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": arms_mod.NAMESPACE}})
     for name, value in (workload.get("priority_classes") or {}).items():
@@ -224,6 +152,13 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     t0 = [time.monotonic()]
     watcher = PodWatcher(kube, records, t0)
     watcher.start()
+    workloads, token = None, ""
+    if arm.kueue:
+        kueue_mod.install(kube, arm, nodes)
+        token = kueue_mod.metrics_token(kube)
+        workloads = kueue_mod.WorkloadWatcher(kube, {name: r.job for name, r in records.items()}, t0)
+        workloads.start()
+        say("Kueue Topology, ResourceFlavor, ClusterQueue and LocalQueue active")
     time.sleep(0.5)  # the watch is open before the first pod exists
     t0[0] = time.monotonic()
     errors = [0]
@@ -304,6 +239,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     with watcher.lock:
         mark("end", watcher.bound_count)
     watcher.stop()
+    if workloads is not None:
+        workloads.stop()
     say(f"stopped at t={end:.0f}s: {reason}; bound {watcher.bound_count}/{len(records)}")
     loads.append(os.getloadavg()[0])
     result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason,
@@ -315,15 +252,21 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
                             f"({t_resume:.0f}s), resumed at t={t_resume:.0f}s")
     if watcher.error:
         result.notes.append(f"watch reconnected after: {watcher.error}")
+    if workloads is not None:
+        with workloads.lock:
+            result.workloads = dict(workloads.records)
+        if workloads.error:
+            result.notes.append(f"Workload watch reconnected after: {workloads.error}")
+        result.kueue_metrics = kueue_mod.scrape(info.kueue["metrics"], token)
     result.scheduler_metrics = _scrape(f"https://127.0.0.1:{info.ports.scheduler}/metrics")
     if info.extender_url:
         result.extender_metrics = _scrape(f"http://127.0.0.1:{info.ports.extender}/metrics")
     return result
 
 
-def _submit(arm, jobs, bodies, kube: Kube, create_pod, t0: list[float], errors: list[int]) -> None:
+def _submit(arm, jobs, bodies, kube: kube_mod.Kube, create_pod, t0: list[float], errors: list[int]) -> None:
     """Create every job's objects at its arrival time, members from a thread pool."""
-    pool = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="bench-create")
+    pool = ThreadPoolExecutor(kube_mod.CREATE_THREADS, thread_name_prefix="bench-create")
     try:
         for at, group in groupby(jobs, key=lambda j: j.at):
             group = list(group)
@@ -365,13 +308,17 @@ def save(result: ArmResult, directory: Path) -> None:
     (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
     if result.extender_metrics:
         (directory / "extender-metrics.prom").write_text(result.extender_metrics)
+    if result.kueue_metrics:
+        (directory / "kueue-metrics.prom").write_text(result.kueue_metrics)
+        (directory / "workloads.json").write_text(json.dumps([asdict(w) for w in result.workloads.values()]))
 
 
 def load(directory: Path, arm: str) -> ArmResult:
     """What ``save`` wrote, for analysing a run again (``python -m bench report``)."""
     meta = json.loads((directory / "arm.json").read_text())
     pods = {p["name"]: PodRecord(**p) for p in json.loads((directory / "pods.json").read_text())}
-    ext = directory / "extender-metrics.prom"
+    ext, kueue_metrics, workloads = (directory / f for f in ("extender-metrics.prom", "kueue-metrics.prom",
+                                                              "workloads.json"))
     return ArmResult(arm, pods, meta["end"], meta["cluster_up_s"], meta["create_errors"],
                      extender_metrics=ext.read_text() if ext.exists() else "",
                      scheduler_metrics=(directory / "scheduler-metrics.prom").read_text(),
@@ -380,7 +327,10 @@ def load(directory: Path, arm: str) -> ArmResult:
                      cpu_samples=meta.get("cpu_samples") or {},
                      percentage_of_nodes_to_score=meta["percentage_of_nodes_to_score"]
                      if "percentage_of_nodes_to_score" in meta else _percentage_or_unknown(directory),
-                     load_average_1m=meta.get("load_average_1m") or [])
+                     load_average_1m=meta.get("load_average_1m") or [],
+                     workloads={w["name"]: kueue_mod.WorkloadRecord(**w) for w in json.loads(workloads.read_text())}
+                     if workloads.exists() else {},
+                     kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "")
 
 
 def _percentage_or_unknown(directory: Path) -> int | None | str:

@@ -22,7 +22,7 @@ PLAN_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
                 250e-3, 500e-3, 1.0, 2.5)
 BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated")
+GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated", "completed")
 CACHE_KINDS = ("nodes", "pods", *(g.kind for g in GROUP_APIS))
 
 

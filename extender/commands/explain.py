@@ -1,8 +1,9 @@
 """``railyard explain <ns>/<pod>``: why a pod and its gang wait, asked of a running extender over gRPC.
 
 Prints the gang's phase and reason (the sentence kube-scheduler shows in FailedNodes), the plan
-while the gang holds one, and the fit table: for every domain at the level the gang must fit
-within, how many of its pods that domain holds right now.
+while the gang holds one with each member's rank, slice and domains (what railyard writes on the
+pod as it binds it), and the fit table: for every domain at the level the gang must fit within,
+how many of its pods (and whole slices) that domain holds right now.
 """
 
 from __future__ import annotations
@@ -89,13 +90,34 @@ def render(a: dict[str, Any]) -> str:
         lines.append("plan:")
         width = max(len(m) for m in a["plan"])
         lines += [f"  {m:<{width}}  {n}" for m, n in sorted(a["plan"].items())]
+    if a.get("ranks"):
+        lines += _ranks(a)
     if a["fit"]:
         where = f"within one {a['level']}" if a["level"] else "across the cluster"
         lines.append(f"fit of {a['pods']} pods {where} (its own reservation counted as free):")
-        rows = [("DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED")]
+        slices = a.get("slices") or {}
+        rows = [("DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED", *(("SLICES",) if slices else ()))]
         rows += [("/".join(d or "-" for d in f["domain"]) or "(cluster)", str(f["nodes"]), str(f["gpus"]),
-                  str(f["available_gpus"]), f"{f['fits']}/{a['pods']}", str(f["blocked_nodes"]))
+                  str(f["available_gpus"]), f"{f['fits']}/{a['pods']}", str(f["blocked_nodes"]),
+                  *((f"{f.get('slices', 0)}/{slices.get('count', 0)}",) if slices else ()))
                  for f in a["fit"]]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines += _table(rows)
     return "\n".join(lines)
+
+
+def _ranks(a: dict[str, Any]) -> list[str]:
+    """rank -> pod -> node -> domains, one column per level (short names)."""
+    slices = a.get("slices") or {}
+    head = f"ranks (slices of {slices['size']} within one {slices['level']}):" if slices else "ranks:"
+    names = [d["name"] or d["level"] for d in a["ranks"][0].get("domains", [])]
+    rows = [("RANK", "SLICE", "POD", "NODE", *(n.upper() for n in names))]
+    for r in a["ranks"]:
+        where = {d["name"] or d["level"]: d["domain"] for d in r.get("domains", [])}
+        rows.append((str(r.get("rank", "-")), str(r.get("slice", "-")), r["pod"], r["node"],
+                     *(where.get(n, "-") for n in names)))
+    return [head, *_table(rows)]
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -24,12 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="offline what-if: plan pending gangs against a node list",
         description="Plan pending gangs against nodes and running pods read from files "
-        "(Kubernetes Lists in JSON or YAML, as `kubectl get ... -o json` prints them).",
+        "(Kubernetes Lists in JSON or YAML, as `kubectl get ... -o json` prints them). Any file may "
+        "also hold DRA objects (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate): "
+        "`kubectl get nodes,deviceclasses,resourceslices -o json` is a valid --nodes.",
     )
-    p.add_argument("--nodes", required=True, help="Nodes (a List or NodeList)")
-    p.add_argument("--pods", help="pods already on nodes; their GPUs are in use")
+    p.add_argument("--nodes", required=True, help="Nodes (a List or NodeList), and optionally DeviceClasses and "
+                                                  "ResourceSlices")
+    p.add_argument("--pods", help="pods already on nodes; their GPUs are in use (and their ResourceClaims)")
     p.add_argument("--gang", required=True, metavar="PENDING",
-                   help="pods to place (and optional PodGroups); gangs are planned in order of first appearance")
+                   help="pods to place (and optional PodGroups, ResourceClaims, ResourceClaimTemplates); "
+                        "gangs are planned in order of first appearance")
     p.add_argument("--levels", help="topology label keys, broadest first (default: detected from node labels)")
     p.add_argument("--gpu-resource", default=GPU_RESOURCE, help=f"extended resource name (default {GPU_RESOURCE})")
     p.add_argument("--verbose", action="store_true", help="also print topology problems on stderr")
@@ -41,19 +45,22 @@ def run(args: argparse.Namespace) -> int:
         nodes = _objects(args.nodes, {"Node"})
         pods = _objects(args.pods, {"Pod", "PodGroup"}) if args.pods else []
         pending = _objects(args.gang, {"Pod", "PodGroup"})
-        if not nodes:
+        if not any(o["kind"] == "Node" for o in nodes):
             raise InputError(f"{args.nodes}: no Node objects")
     except InputError as exc:
         print(f"railyard plan: {exc}", file=sys.stderr)
         return 2
     # Translated here, once: the what-if planner takes facts, as the live extender does.
     translate = ko.Translator(args.gpu_resource)
-    node_facts = [translate.node(n) for n in nodes]
+    node_facts = [translate.node(n) for n in nodes if n["kind"] == "Node"]
     keys = [k for k in args.levels.split(",") if k.strip()] if args.levels else None
     levels = ko.explicit_levels(keys) if keys else ko.detect_levels(node_facts)
-    groups = [translate.group(o) for o in pods + pending if o.get("kind") == "PodGroup"]
-    whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o.get("kind") != "PodGroup"], groups)
-    answers = whatif.plan_pending(translate.pod(o) for o in pending if o.get("kind") != "PodGroup")
+    everything = nodes + pods + pending
+    groups = [translate.group(o) for o in everything if o["kind"] == "PodGroup"]
+    dra = [translate.dra(o["kind"], o) for o in everything if o["kind"] in ko.DRA_KINDS]
+    whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o["kind"] == "Pod"], groups,
+                         dra, args.gpu_resource)
+    answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
     out = {
         "gangs": [a.to_json() for a in answers],
         "topology": {
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _objects(path: str, kinds: set[str]) -> list[dict[str, Any]]:
-    """Objects of the given kinds from a List, a typed list, a single object or YAML documents."""
+    """Objects of the given kinds (or DRA kinds) from a List, a typed list, a single object or YAML documents."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -92,8 +99,9 @@ def _objects(path: str, kinds: set[str]) -> list[dict[str, Any]]:
             if not isinstance(obj, dict):
                 raise InputError(f"{path}: item {i} is not an object")
             kind = obj.get("kind") or default_kind
-            if kind not in kinds:
-                raise InputError(f"{path}: item {i} has kind {kind or '(none)'!r}, expected {' or '.join(sorted(kinds))}")
+            if kind not in kinds and kind not in ko.DRA_KINDS:
+                raise InputError(f"{path}: item {i} has kind {kind or '(none)'!r}, expected {' or '.join(sorted(kinds))} "
+                                 f"(or a DRA object: {', '.join(ko.DRA_KINDS)})")
             meta = obj.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
                 raise InputError(f"{path}: item {i} ({kind}) has no metadata.name")

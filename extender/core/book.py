@@ -12,7 +12,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
              bindings_done(...)            every Binding created: bound; else the members to evict
              compensated(...)              the evictions are done: the gang starts again whole
-    events   member_deleted, node_deleted, expire(now), collect(now)
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
 every call and does the waiting and the Bindings (``extender/service.py``).
@@ -27,8 +28,8 @@ from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.lifecycle import HOLDING, Event, Phase, next_phase
-from extender.core.model import GangSpec, PodFacts
-from extender.core.planner import Constraints, NoPlacement, Placement, plan
+from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
+from extender.core.planner import Constraints, NoPlacement, Placement, named_slots, plan
 from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.state import ClusterState, Reservation, View, claim_slot
@@ -73,6 +74,17 @@ PermitDecision = Allow | Wait | Reject
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the gang's pods should tell their users (a Kubernetes Event on each)."""
+
+    members: tuple[str, ...]
+    reason: str
+    """The Event's reason: GangWaiting, GangTimedOut, GangReplanned, GangCompensated, ..."""
+    message: str
+    warning: bool = True
+
+
+@dataclass(frozen=True)
 class Compensate:
     """Some Bindings failed: evict these members (member, uid), already bound, then report
     ``compensated`` so the gang restarts whole."""
@@ -101,6 +113,11 @@ class GangRecord:
     """Bumped whenever a reservation ends, so waiting members of that round stop waiting."""
     ended: tuple[int, Outcome] | None = None
     """The last round that ended without binding, and how."""
+    waiting_since: float | None = None
+    """When the round's first member began to wait at permit."""
+    spec: GangSpec | None = None
+    """The request of the current plan (member eligibility: a node that no longer admits it
+    ends the plan)."""
     refused: dict[str, str] = field(default_factory=dict)
     """node -> member: planned nodes kube-scheduler's own filters refused (left out of every
     plan of this gang until it is bound)."""
@@ -120,11 +137,21 @@ class GangBook:
         self.on_step = on_step
         """Called after every transition (and once for a new gang), to publish it."""
         self._gangs: dict[str, GangRecord] = {}
+        self.notices: list[Notice] = []
+        """What the gangs' pods should be told since the service last took them (``take_notices``)."""
         self._leftovers = itertools.count(1)
         self._next_gc = 0.0
 
     def get(self, key: str) -> GangRecord | None:
         return self._gangs.get(key)
+
+    def phase(self, key: str) -> Phase | None:
+        rec = self._gangs.get(key)
+        return rec.phase if rec is not None else None
+
+    def take_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
 
     def records(self) -> list[GangRecord]:
         return list(self._gangs.values())
@@ -179,11 +206,17 @@ class GangBook:
             return
         rec.deadline = now + spec.timeout_seconds
         rec.timeout_seconds = spec.timeout_seconds
+        rec.spec = spec
+        rec.waiting_since = None
         rec.placement = result
         rec.members = tuple(m.key for m in spec.members)
         gpu_slots = tuple(s for s in result.slots if s.gpus > 0)
         rec.min_member = len(gpu_slots)
         rec.reason = verdicts.explain_placement(topo, result)
+        if spec.timeout_capped_from is not None:
+            capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
+            rec.reason += f"; {capped}"
+            self.notices.append(Notice(rec.members, "GangTimeoutCapped", capped))
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
@@ -200,8 +233,9 @@ class GangBook:
             slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
             if slot is not None:
                 # A member created after planning is a member all the same: deleting it must
-                # unreserve the gang like deleting any other.
+                # unreserve the gang like deleting any other; the plan names it from now on.
                 rec.members = (*rec.members, pod.key)
+                rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
         if slot is None:
             reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
             return FilterVerdict((), {}, {n: reason for n in names})
@@ -221,7 +255,7 @@ class GangBook:
 
     # -- permit --------------------------------------------------------------------------------
 
-    def permit(self, gang: str, member: str, uid: str, node: str) -> PermitDecision:
+    def permit(self, gang: str, member: str, uid: str, node: str, now: float = 0.0) -> PermitDecision:
         rec = self._gangs[gang]
         if rec.phase not in (Phase.PLANNED, Phase.WAITING):
             return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
@@ -230,7 +264,12 @@ class GangBook:
             return Reject(verdicts.wrong_node(member, node, gang, slot.node if slot else None))
         rec.waiting[member] = (uid, node)
         if len(rec.waiting) < rec.min_member:
+            if rec.waiting_since is None:
+                rec.waiting_since = now
             self._step(rec, Event.MEMBER_WAITING)
+            self.notices.append(Notice((member,), "GangWaiting", verdicts.waiting(
+                rec.key, len(rec.waiting), rec.min_member, now - rec.waiting_since,
+                (rec.deadline or now) - now), warning=False))
             return Wait(rec.round)
         self._step(rec, Event.ALLOWED)
         return Allow(rec.round, dict(rec.waiting))
@@ -284,6 +323,7 @@ class GangBook:
         rec.results = {k: reason for k in results}
         self.state.release(gang)
         rec.reason = reason
+        self.notices.append(Notice(tuple(results), "GangCompensated", reason))
         self._step(rec, Event.BIND_FAILED)
         self.observer.gang_finished("compensated")
         self._report()
@@ -294,6 +334,8 @@ class GangBook:
         """Give back every slot of the gang; members waiting at permit are rejected."""
         self.state.release(rec.key)
         rec.reason = reason
+        told = tuple(dict.fromkeys([*rec.waiting, *rec.members]))
+        self.notices.append(Notice(told, "GangTimedOut" if kind == TIMED_OUT else "GangReplanned", reason))
         self._step(rec, event)
         rec.ended = (rec.round, Outcome(kind, reason))
         rec.round += 1
@@ -313,6 +355,29 @@ class GangBook:
             if rec.phase in (Phase.PLANNED, Phase.WAITING) and rec.placement and any(
                     s.node == name for s in rec.placement.slots):
                 self.unreserve(rec, Event.NODE_LOST, verdicts.node_deleted(name, rec.key))
+                changed = True
+        return changed
+
+    def node_changed(self, node: NodeFacts) -> bool:
+        """A node of a waiting plan that no longer takes its members (cordoned, NotReady, or a
+        taint a member does not tolerate) ends the plan at once: unreserve, plan again."""
+        why = "cordoned" if node.unschedulable else "not ready" if not node.ready else None
+        changed = False
+        for rec in list(self._gangs.values()):
+            if rec.phase not in (Phase.PLANNED, Phase.WAITING) or rec.placement is None:
+                continue
+            if not any(s.node == node.name for s in rec.placement.slots):
+                continue
+            reason = why
+            if reason is None and node.taints and rec.spec is not None:
+                members = [e for gpus, e in rec.spec.slots() if gpus > 0]
+                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS
+                               and not all(tolerates_all(e.tolerations, (t,)) for e in members)]
+                if untolerated:
+                    t = untolerated[0]
+                    reason = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+            if reason is not None:
+                self.unreserve(rec, Event.NODE_LOST, verdicts.node_unusable(node.name, reason, rec.key))
                 changed = True
         return changed
 

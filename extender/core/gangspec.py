@@ -1,6 +1,6 @@
 """A gang's request, built from what its members and its group declare.
 
-Each role (size, timeout, required and preferred level) takes the declaration with the lowest
+Each role (size, timeout, required and preferred level, slice size and level) takes the declaration with the lowest
 precedence found among the members and the group; members that declare different values at
 that precedence are a problem of the gang. Values are bounded before anything is sized by
 them: a pod's creator is not trusted.
@@ -15,6 +15,8 @@ from extender.core.model import (
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
     TIMEOUT,
     Declaration,
     GangSpec,
@@ -29,11 +31,13 @@ MAX_TIMEOUT_SECONDS = 86_400
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
-          running: int = 0) -> GangSpec:
+          running: int = 0, max_timeout: float = 0.0) -> GangSpec:
     """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
 
     ``running``: members of the gang already bound and running; they count toward min-member,
     so replacements for a running gang's lost members are planned as a round of their own.
+    ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
+    calls first); 0: no cap.
     """
     problems: list[str] = list(group.problems if group else ())
     decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
@@ -62,6 +66,9 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if found is not None:
         timeout = float(positive_int(found.value, found.source, MAX_TIMEOUT_SECONDS, problems,
                                      default=int(default_timeout)))
+    capped_from = None
+    if max_timeout and timeout > max_timeout:
+        capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
@@ -75,10 +82,40 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         preferred=str(preferred.value).strip() if preferred else None,
         invalid=tuple(problems),
         sized=size is not None,
+        timeout_capped_from=capped_from,
     )
+    spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
-        spec = replace(spec, min_member=max(len(members), min_member - running))
+        # A round of replacements is planned beside the running members, not in slices of
+        # its own (docs/reference.md, Slices).
+        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None)
     return spec
+
+
+def _sliced(spec: GangSpec, size: Declaration | None, level: Declaration | None, problems: list[str]) -> GangSpec:
+    """The gang with its slice request, or with the reason it cannot have it. Unlike Kueue,
+    which places the pods past the last whole slice anywhere, a size must divide the gang."""
+    if size is None and level is None:
+        return spec
+    if size is None or level is None:
+        given = size or level
+        assert given is not None
+        problems.append(f"{given.source} is set without a slice {'topology level' if size else 'size'}: "
+                        f"a slice needs both")
+        return replace(spec, invalid=tuple(problems))
+    before = len(problems)
+    count = positive_int(size.value, size.source, MAX_MIN_MEMBER, problems, default=0)
+    pods = sum(1 for gpus, _ in spec.slots() if gpus > 0)
+    if count > pods:
+        problems.append(f"{size.source} is {count}, more than the gang's {pods} GPU pods")
+    elif count and pods % count:
+        fitting = [d for d in range(1, pods + 1) if pods % d == 0]
+        shown = ", ".join(map(str, fitting[:12])) + (", ..." if len(fitting) > 12 else "")
+        problems.append(f"{size.source} {count} does not cut the gang's {pods} GPU pods into whole slices "
+                        f"(sizes that do: {shown})")
+    if len(problems) > before:
+        return replace(spec, invalid=tuple(problems))
+    return replace(spec, slice_size=count, slice_level=str(level.value).strip(), invalid=tuple(problems))
 
 
 def positive_int(value: object, source: str, maximum: int, problems: list[str], default: int) -> int:

@@ -177,12 +177,13 @@ class GangRef:
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED)
+SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL)
 
 
 @dataclass(frozen=True)
 class Declaration:
-    """A gang-level value that a pod or its group declares: its size, timeout or topology."""
+    """A gang-level value that a pod or its group declares: its size, timeout, topology or slices."""
 
     role: str
     """One of ``ROLES``."""
@@ -200,6 +201,62 @@ PREEMPT_LOWER, PREEMPT_NEVER = "PreemptLowerPriority", "Never"
 
 
 @dataclass(frozen=True)
+class BindingMark:
+    """A member of a Binding round, as railyard records it on the pod before any Binding of the
+    round is created: what a restarted process or another replica needs to finish the round or
+    undo it (``core.recovery``)."""
+
+    round: str
+    """Unique per round (a gang's Bindings that go out together)."""
+    node: str
+    """The node the member is bound to in that round."""
+    size: int
+    """How many members the round binds."""
+    address: "Address | None" = None
+    """Where the plan put the member (rank, slice, domain per level), for its launcher to read."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """A member's domain at one level."""
+
+    level: str
+    """The level's key (a node label key)."""
+    name: str
+    """The level's short name (``leaf``, ``nvlink``...), else the last part of its key."""
+    domain: str
+    """The domain's whole path from the broadest level, ``s1/l2``: a value repeated under two
+    parents is two domains."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a gang member sits in its plan (``core.address``)."""
+
+    pod: str
+    """``<namespace>/<name>``; ``<gang>#<n>`` for a member not created yet."""
+    node: str
+    rank: int | None
+    slice: int | None
+    """None when the gang is not sliced (and for replacements)."""
+    domains: tuple[Place, ...]
+    """Broadest first; a level whose label the node lacks is left out."""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a ResourceClaim by name, or a template."""
+
+    name: str
+    """The entry's name in the pod."""
+    claim: str = ""
+    """The ResourceClaim's name: ``resourceClaimName``, or the claim made from the template as
+    ``status.resourceClaimStatuses`` names it; empty until that claim exists."""
+    template: str = ""
+    """``resourceClaimTemplateName``, or empty."""
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
 
@@ -211,7 +268,8 @@ class PodFacts:
     """``spec.nodeName``; empty while unbound."""
     phase: str = ""
     gpus: int = 0
-    """The effective GPU request, as Kubernetes computes it."""
+    """The effective GPU request, as Kubernetes computes it; once ``core.ledger`` sized the
+    pod, plus the GPUs its ResourceClaims ask for."""
     rank: tuple[int, ...] | None = None
     declarations: tuple[Declaration, ...] = ()
     eligibility: Eligibility = Eligibility()
@@ -219,8 +277,12 @@ class PodFacts:
     problems: tuple[str, ...] = ()
     """Values of the pod the translator could not read (a quantity, a selector): its gang is
     not planned and these are the reason."""
+    binding: "BindingMark | None" = None
+    """What railyard wrote on the pod before creating its Binding (a Binding round)."""
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
+    claims: tuple[PodClaim, ...] = ()
+    """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.ledger``."""
     priority: int = 0
     """``spec.priority``: the API server resolves ``priorityClassName`` into it at admission
     (0 when the pod names no class and the cluster has no global default)."""
@@ -283,10 +345,16 @@ class GangSpec:
     required: str | None = None
     """Level key every member must share one domain of, or None."""
     preferred: str | None = None
+    slice_size: int = 0
+    """GPU pods per slice (0: not sliced): each run of this many consecutive ranks shares one
+    domain of ``slice_level``."""
+    slice_level: str | None = None
     invalid: tuple[str, ...] = field(default=())
     """Problems with the request; a gang with any is not placed and these are its reason."""
     sized: bool = True
     """The size is declared somewhere; False: the gang is the members seen, and may grow."""
+    timeout_capped_from: float | None = None
+    """The timeout the gang asked for, when it was capped to ``timeout_seconds``."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

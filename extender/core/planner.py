@@ -16,24 +16,43 @@ The algorithm, in one place:
    first-fit-decreasing, with GPUs and every requested resource shared on each node.
 3. Inside the chosen domain, recursively use the fewest child domains: if one child holds the
    rest, the best-fitting such child; otherwise the largest child, and again.
+   A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
+   of S consecutive ranks inside one domain of the slice level, slices in rank order, each the
+   best fit among the slice-level domains that still hold it.
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
-   ranks are topology neighbours.
+   ranks are topology neighbours (with slices: slice k's slots go to the k-th run of members).
 5. A 0-GPU member (a launcher) goes to the node of the lowest-ranked GPU member if it may run
    there, else to the nearest node of the domain where it may.
 
 A gang that cannot be placed gets a ``NoPlacement`` carrying the numbers of its best domain at
-the level it is bound to, and why the rest of it is unusable; it holds nothing.
+the level it is bound to (the most whole slices, then the most pods), and why the rest of it is
+unusable; it holds nothing. The building blocks (pod classes, what is left on each node, the
+fewest-children allocation) are in ``packing``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Collection, Sequence
 
 from extender.core.eligibility import UNBOUNDED, label_mask, preference, room, short_of
 from extender.core.model import Eligibility, GangSpec, Member
-from extender.core.state import CORDONED, NOT_READY, Slot, View
+from extender.core.packing import (
+    Left,
+    PodClass,
+    Taken,
+    allocate,
+    available,
+    classes_of,
+    ffd,
+    fill_caps,
+    fits,
+    rank_order,
+    usable_nodes,
+)
+from extender.core.slices import SliceRule, cut, pack, resolve, whole_slices
+from extender.core.state import CORDONED, NOT_READY, Reservation, Slot, View
 from extender.core.topology import Domain, Topology
 
 
@@ -48,6 +67,8 @@ class Placement:
     preferred_met: bool = True
     home: Domain | None = None
     """A replacement round: the domain of the gang's running members it was kept in."""
+    slices: SliceRule | None = None
+    """Each run of ``slices.size`` GPU slots (in order) lies inside one domain of ``slices.level``."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,9 @@ class NoPlacement:
     invalid: tuple[str, ...] = ()
     within: Domain | None = None
     """The domain a replacement had to stay in, if any."""
+    slices: SliceRule | None = None
+    slices_fit: int = 0
+    """How many whole slices the best domain could hold."""
 
 
 PlanResult = Placement | NoPlacement
@@ -95,17 +119,6 @@ class Constraints:
     """Nodes kube-scheduler's filters refused for this gang's pods (its verdict as evidence)."""
     within: Domain | None = None
     """Replacements: the domain the gang's running members occupy."""
-
-
-@dataclass
-class _Class:
-    gpus: int
-    eligibility: Eligibility
-    count: int
-    cap: list[int] = field(default_factory=list)
-    """Per node index, pods of this class the node holds alone."""
-    may: list[bool] = field(default_factory=list)
-    """Per node index, whether a pod of this class may run there at all (GPUs aside)."""
 
 
 def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
@@ -133,26 +146,28 @@ def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, lis
 def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
     topo = view.topology
     bound, preferred, problems = resolve_levels(gang, topo)
-    problems = [*gang.invalid, *problems]
+    rule, slice_problems = resolve(gang, topo, bound, preferred) if not problems else (None, [])
+    problems = [*gang.invalid, *problems, *slice_problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
-    classes = _classes(gang)
+    classes = classes_of(gang)
     if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
-            return _home(_assign(gang, view, {node: {0: 1}}, classes, preferred, ()), limits)
-    usable = _usable(view, limits)
+            return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
+    usable = usable_nodes(view, limits.refused, limits.within)
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
     for c in classes:
-        _caps(view, c, usable)
-    avail = _avail(view, classes)
+        fill_caps(view, c, usable)
+    avail = available(view, classes)
     total = sum(c.gpus * c.count for c in classes)
     free_prefix = [0, *accumulate(avail)]
     first = classes[0]
     cap_prefix = [0, *accumulate(first.cap)]
     pref = _preference_prefix(view, first.eligibility)
+    sliced = cut(gang, classes, rule.size) if rule else []
 
     for lvl in range(topo.depth, bound - 1, -1):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
@@ -174,10 +189,15 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                                      -(pref[c[2].end] - pref[c[2].start]), c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
-            if len(classes) == 1 or _ffd(view, classes, avail, dom.start, dom.end) is not None:
-                taken = _allocate(view, topo, avail, dom, classes)
-                return _home(_assign(gang, view, taken, classes, preferred, usable), limits)
-    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits)
+            if rule is not None:
+                parts = pack(view, avail, dom, sliced, rule.level)
+                if isinstance(parts, list):
+                    return _home(_assign(gang, view, parts, classes, preferred, usable, rule), limits)
+            elif len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
+                taken = allocate(topo, Left(view, avail), dom, classes)
+                assert taken is not None, "domain was checked to hold the gang"
+                return _home(_assign(gang, view, [taken], classes, preferred, usable), limits)
+    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced)
 
 
 @dataclass(frozen=True)
@@ -194,6 +214,8 @@ class DomainFit:
     """How many of the gang's pods the domain holds (largest shapes first)."""
     blocked_nodes: int
     """Nodes the gang's pods may not run on (cordoned, not ready, tainted, selector, resources)."""
+    slices: int = 0
+    """How many whole slices of a sliced gang the domain holds (0 when not sliced)."""
 
 
 def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
@@ -201,12 +223,14 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     best first: the numbers behind a NoPlacement's one-line reason, for every domain.
     """
     topo = view.topology
-    bound, _, _ = resolve_levels(gang, topo)
-    classes = _classes(gang) or [_Class(1, Eligibility(), 0)]
-    usable = _usable(view, Constraints())
+    bound, preferred, problems = resolve_levels(gang, topo)
+    rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred)[0]
+    classes = classes_of(gang) or [PodClass(1, Eligibility(), 0)]
+    usable = usable_nodes(view, (), None)
     for c in classes:
-        _caps(view, c, usable)
-    avail = _avail(view, classes)
+        fill_caps(view, c, usable)
+    avail = available(view, classes)
+    sliced = cut(gang, classes, rule.size) if rule else []
     rows = []
     for d in range(topo.domain_count(bound)):
         dom = topo.domain(bound, d)
@@ -216,10 +240,11 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             nodes=len(span),
             gpus=sum(topo.nodes[i].gpus for i in span),
             available=sum(avail[i] for i in span),
-            fits=_fits(view, classes, avail, dom),
+            fits=fits(view, classes, avail, dom),
             blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
+            slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
         ))
-    rows.sort(key=lambda r: (-r.fits, -r.available, r.domain.start))
+    rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
     return bound, rows
 
 
@@ -246,6 +271,14 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     return out
 
 
+def named_slots(placement: Placement | None, held: Reservation | None) -> Placement | None:
+    """The placement with its GPU slots as the reservation holds them now: the members created
+    after planning by name, in the same order (so the same ranks)."""
+    if placement is None or held is None:
+        return placement
+    return replace(placement, slots=(*held.slots, *(s for s in placement.slots if s.gpus == 0)))
+
+
 # -- building blocks ------------------------------------------------------------------------
 
 
@@ -255,52 +288,13 @@ def _home(result: PlanResult, limits: Constraints) -> PlanResult:
     return result
 
 
-def _classes(gang: GangSpec) -> list[_Class]:
-    """GPU slots grouped by (GPUs, eligibility), largest pods first."""
-    counts: dict[tuple[int, Eligibility], int] = {}
-    for gpus, e in gang.slots():
-        if gpus > 0:
-            counts[(gpus, e)] = counts.get((gpus, e), 0) + 1
-    return [_Class(g, e, n) for (g, e), n in sorted(counts.items(), key=lambda kv: -kv[0][0])]
-
-
-def _usable(view: View, limits: Constraints) -> list[bool]:
-    """Per node: takes placements at all (not blocked, not refused, inside the replacement domain)."""
-    topo = view.topology
-    usable = [b is None for b in view.blocked]
-    for name in limits.refused:
-        i = topo.index.get(name)
-        if i is not None:
-            usable[i] = False
-    if limits.within is not None and limits.within.level >= 0:
-        w = limits.within
-        usable = [u and w.start <= i < w.end for i, u in enumerate(usable)]
-    return usable
-
-
-def _caps(view: View, c: _Class, usable: Sequence[bool]) -> None:
-    """Fill c.may (labels, taints, usable, one pod's other resources) and c.cap per node."""
-    mask = label_mask(view, c.eligibility)
-    requests = c.eligibility.requests
-    g = c.gpus
-    free, alloc, taken = view.free, view.allocatable, view.taken
-    rooms = [room(requests, alloc[i], taken[i]) if usable[i] and mask[i] else 0 for i in range(len(free))]
-    c.may = [r > 0 for r in rooms]
-    c.cap = [min(free[i] // g, r) if r and free[i] >= g else 0 for i, r in enumerate(rooms)]
-
-
-def _avail(view: View, classes: list[_Class]) -> list[int]:
-    """Free GPUs on each node some pod of the gang may run on (0 elsewhere)."""
-    return [f if f > 0 and any(c.may[i] for c in classes) else 0 for i, f in enumerate(view.free)]
-
-
 def _preference_prefix(view: View, e: Eligibility) -> list[int]:
     if not e.preferred:
         return [0] * (len(view.free) + 1)
     return [0, *accumulate(preference(e, n) for n in view.topology.nodes)]
 
 
-def _best_fit_node(view: View, c: _Class, limits: Constraints) -> int | None:
+def _best_fit_node(view: View, c: PodClass, limits: Constraints) -> int | None:
     """The node with the fewest free GPUs that holds the pod; ties: the most preferred.
     Walks the free-GPU buckets (unblocked nodes only), so it costs the nodes it looks at."""
     mask = label_mask(view, c.eligibility)
@@ -335,121 +329,31 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-class _Left:
-    """What a plan has left on each node of a range: GPUs and every requested resource."""
-
-    def __init__(self, view: View, avail: list[int]) -> None:
-        self.view = view
-        self.gpus = list(avail)
-        self.used: dict[int, dict[str, int]] = {}
-
-    def cap(self, c: _Class, i: int) -> int:
-        if not c.cap[i]:
-            return 0
-        taken = self.view.taken[i]
-        extra = self.used.get(i)
-        if extra:
-            taken = {k: taken.get(k, 0) + extra.get(k, 0) for k in {*taken, *extra}}
-        return min(self.gpus[i] // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
-
-    def take(self, c: _Class, i: int, n: int) -> None:
-        self.gpus[i] -= n * c.gpus
-        extra = self.used.setdefault(i, {})
-        for name, amount in c.eligibility.requests:
-            extra[name] = extra.get(name, 0) + n * amount
-
-
-def _ffd(view: View, classes: list[_Class], avail: list[int], start: int, end: int) -> dict[int, dict[int, int]] | None:
-    """First-fit decreasing over nodes [start, end): {node: {class index: pods}}, or None."""
-    left = _Left(view, avail)
-    taken: dict[int, dict[int, int]] = {}
-    for k, c in enumerate(classes):
-        count = c.count
-        for j in range(start, end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                taken.setdefault(j, {})[k] = n
-        if count:
-            return None
-    return taken
-
-
-def _allocate(view: View, topo: Topology, avail: list[int], dom: Domain,
-              classes: list[_Class]) -> dict[int, dict[int, int]]:
-    """Place every class inside dom using the fewest child domains; FFD if that fails."""
-    left = _Left(view, avail)
-    taken: dict[int, dict[int, int]] = {}
-    for k, c in enumerate(classes):
-        caps = [left.cap(c, i) for i in range(dom.start, dom.end)] if k else c.cap[dom.start:dom.end]
-        slot_prefix = [0, *accumulate(caps)]
-        free_prefix = [0, *accumulate(left.gpus[dom.start:dom.end])]
-        got: list[tuple[int, int]] = []
-        if not _fewest_children(topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):
-            ffd = _ffd(view, classes, avail, dom.start, dom.end)
-            assert ffd is not None, "domain was checked to hold the gang"
-            return ffd
-        for node, n in got:
-            left.take(c, node, n)
-            taken.setdefault(node, {})[k] = taken.get(node, {}).get(k, 0) + n
-    return taken
-
-
-def _fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
-                     slots: list[int], free: list[int], base: int, out: list[tuple[int, int]]) -> bool:
-    """Take k slots of `size` GPUs inside domain (lvl, d); append (node, pods) to out."""
-    if lvl == topo.depth:
-        out.append((d, k))
-        return True
-    child_lvl = lvl + 1
-
-    def cap(c: int) -> int:
-        return slots[topo.end[child_lvl][c] - base] - slots[topo.start[child_lvl][c] - base]
-
-    def leftover(c: int, n: int) -> int:
-        return free[topo.end[child_lvl][c] - base] - free[topo.start[child_lvl][c] - base] - n * size
-
-    pool = sorted((c for c in topo.children(lvl, d) if cap(c) > 0), key=lambda c: (-cap(c), c))
-    remaining = k
-    for pos, c in enumerate(pool):
-        if cap(c) >= remaining:
-            # The rest fits in one child: the best-fitting one among those large enough.
-            fitting = [x for x in pool[pos:] if cap(x) >= remaining]
-            best = min(fitting, key=lambda x: (leftover(x, remaining), x))
-            return _fewest_children(topo, child_lvl, best, remaining, size, slots, free, base, out)
-        _fewest_children(topo, child_lvl, c, cap(c), size, slots, free, base, out)
-        remaining -= cap(c)
-    return remaining == 0
-
-
-def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classes: list[_Class],
-            preferred: int | None, usable: Sequence[bool]) -> PlanResult:
-    """Give slots to members: per class, by rank, in depth-first (node index) order."""
+def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodClass],
+            preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None) -> PlanResult:
+    """Give slots to members: per class, by rank, in depth-first (node index) order; with
+    slices, part k (slice k's nodes) to the k-th run of ``rule.size`` GPU members."""
     topo = view.topology
-    by_class: dict[int, list[int]] = {}
-    for node in sorted(taken):
-        for k, n in taken[node].items():
-            by_class.setdefault(k, []).extend([node] * n)
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
-    members = sorted(gang.members, key=lambda m: (m.rank is None, m.rank or (), m.key))
+    members = rank_order(gang.members)
+    gpu = [m for m in members if m.gpus > 0]
+    zero = [m for m in members if m.gpus == 0]
     slots: list[tuple[int, Slot]] = []
-    zero: list[Member] = []
-    for m in members:
-        if m.gpus == 0:
-            zero.append(m)
-            continue
-        node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
-        slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
     missing = 0
-    for k, nodes in sorted(by_class.items()):  # members not created yet
-        for node in nodes:
-            missing += 1
-            slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
-                                     classes[k].eligibility.requests)))
-    anchor = min((n for n, _ in slots), default=min(taken) if taken else 0)
+    for s, taken in enumerate(parts):
+        by_class: dict[int, list[int]] = {}
+        for node in sorted(taken):
+            for k, n in taken[node].items():
+                by_class.setdefault(k, []).extend([node] * n)
+        for m in gpu[s * rule.size:(s + 1) * rule.size] if rule else gpu:
+            node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
+            slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+        for k, nodes in sorted(by_class.items()):  # members not created yet
+            for node in nodes:
+                missing += 1
+                slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
+                                         classes[k].eligibility.requests)))
+    anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
     for m in zero:
         node = _launcher_node(view, m, anchor, usable)
         if node is None:
@@ -459,7 +363,7 @@ def _assign(gang: GangSpec, view: View, taken: dict[int, dict[int, int]], classe
     level = topo.common_level(nodes)
     domain = topo.domain(level, topo.node_domain[level][nodes[0]]) if level >= 0 else topo.domain(-1, 0)
     met = preferred is None or level >= preferred
-    return Placement(gang.key, tuple(s for _, s in slots), level, domain, met)
+    return Placement(gang.key, tuple(s for _, s in slots), level, domain, met, slices=rule)
 
 
 def _launcher_node(view: View, m: Member, anchor: int, usable: Sequence[bool]) -> int | None:
@@ -486,36 +390,39 @@ def _zero_gpu_gang(gang: GangSpec, view: View, usable: Sequence[bool], bound: in
     node = _launcher_node(view, first, 0, usable)
     if node is None:
         return _no_launcher_node(gang, view, first, usable)
-    return _assign(gang, view, {node: {}}, [], preferred, usable)
+    return _assign(gang, view, [{node: {}}], [], preferred, usable)
 
 
 def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bool]) -> NoPlacement:
     if not view.free:
         return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
-    c = _Class(0, m.eligibility, 1)
+    c = PodClass(0, m.eligibility, 1)
     blockers = _blockers(view, [c], range(len(view.free)), usable, Constraints(), gpu_check=False)
     return NoPlacement(gang.key, gang.demand(), -1, view.topology.domain(-1, 0), 0, blockers)
 
 
 def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
-                  classes: list[_Class], usable: Sequence[bool], limits: Constraints) -> NoPlacement:
+                  classes: list[PodClass], usable: Sequence[bool], limits: Constraints,
+                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = ()) -> NoPlacement:
+    """The best domain at the bound level: most whole slices (when sliced), then most pods."""
     topo = view.topology
-    best, fits = None, -1
+    best, most = None, (-1, -1)
     if limits.within is not None and limits.within.level >= 0:
         domains = [limits.within]
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
     for dom in domains:
-        n = _fits(view, classes, avail, dom)
-        if n > fits:
-            best, fits = dom, n
+        n = (whole_slices(view, avail, dom, list(sliced), rule.level) if rule else 0, fits(view, classes, avail, dom))
+        if n > most:
+            best, most = dom, n
     if best is None:
-        return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within)
+        return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within, slices=rule)
     blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
-    return NoPlacement(gang.key, demand, bound, best, fits, blockers, within=limits.within)
+    return NoPlacement(gang.key, demand, bound, best, most[1], blockers, within=limits.within, slices=rule,
+                       slices_fit=most[0])
 
 
-def _blockers(view: View, classes: list[_Class], span: range, usable: Sequence[bool], limits: Constraints,
+def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence[bool], limits: Constraints,
               gpu_check: bool = True) -> Blockers:
     """Why the nodes of ``span`` do not hold more of the gang, each node counted once."""
     topo = view.topology
@@ -550,23 +457,6 @@ def _blockers(view: View, classes: list[_Class], span: range, usable: Sequence[b
         reserved_gpus=reserved,
         used_gpus=sum(topo.nodes[i].gpus for i in span) - sum(max(view.free[i], 0) for i in span) - reserved,
     )
-
-
-def _fits(view: View, classes: list[_Class], avail: list[int], dom: Domain) -> int:
-    """How many pods of the gang fit in dom, largest shapes first."""
-    left = _Left(view, avail)
-    placed = 0
-    for c in classes:
-        count = c.count
-        for j in range(dom.start, dom.end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                placed += n
-    return placed
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",

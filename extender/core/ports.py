@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
-from extender.core.model import LevelChoice, NodeFacts, PodFacts
+from extender.core.model import BindingMark, LevelChoice, NodeFacts, PodFacts
 
 
 class Binder(Protocol):
@@ -17,11 +17,16 @@ class Binder(Protocol):
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> None:
+        """Record on the pod (if it still has this uid) the Binding round it is about to be bound in."""
     def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
         """Evict honouring PodDisruptionBudgets: None when evicted (or gone), else why it was
         refused (a budget allows no disruption now); raises on other failures."""
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
+    def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Clear a ResourceClaim's allocation if it is still at ``resource_version``, as
+        kube-scheduler's DRA PostFilter does. Never blocks."""
 
 
 class Observer(Protocol):

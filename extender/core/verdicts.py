@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from extender.core.planner import NoPlacement, Placement
+from extender.core.slices import SliceRule
 from extender.core.topology import Topology, format_path
 
 
@@ -52,11 +53,13 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     if np.invalid:
         return f"gang {np.gang}: " + "; ".join(np.invalid)
     need = f"gang {np.gang} needs {describe_demand(np.demand)}"
+    if np.slices is not None:
+        need += f" in {_slices(topo, np.slices, sum(1 for g in np.demand if g > 0))}"
     if np.within is not None and np.within.level >= 0:
         need += (f" within {level_word(topo, np.within.level)} {format_path(np.within.path)}, "
                  f"where its running members are")
     elif np.bound_level >= 0:
-        need += f" within one {topo.level_key(np.bound_level)}"
+        need += f"{', all' if np.slices else ''} within one {topo.level_key(np.bound_level)}"
     if np.best is None:
         return f"{need}; the cluster has no nodes"
     b = np.blockers
@@ -78,7 +81,21 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     else:
         where = "the cluster"
     text = f"{need}; {where} fits {np.fits}"
+    if np.slices is not None:
+        size = np.slices.size
+        wanted = sum(1 for g in np.demand if g > 0) // size
+        text = f"{need}; {where} holds {np.slices_fit} of {wanted} slices"
+        if np.fits > np.slices_fit * size:
+            text += (f": it fits {np.fits} pod{'s' if np.fits != 1 else ''}, "
+                     f"but only {np.slices_fit * size} in whole slices")
     return text + (f" ({', '.join(why)})" if why else "")
+
+
+def _slices(topo: Topology, rule: SliceRule, pods: int) -> str:
+    """``8 slices of 4 pods, each within one network.topology.nvidia.com/accelerator``"""
+    n = pods // rule.size
+    return (f"{n} slice{'s' if n != 1 else ''} of {rule.size} pod{'s' if rule.size != 1 else ''}, "
+            f"each within one {topo.level_key(rule.level)}")
 
 
 def explain_placement(topo: Topology, p: Placement) -> str:
@@ -90,6 +107,8 @@ def explain_placement(topo: Topology, p: Placement) -> str:
         where = f"within {topo.level_key(p.level)} {format_path(p.domain.path)}"
     pods = len(p.slots)
     text = f"gang {p.gang}: {pods} pod{'s' if pods != 1 else ''}, {gpus} GPUs on {nodes} node{'s' if nodes != 1 else ''} {where}"
+    if p.slices is not None:
+        text += f", in {_slices(topo, p.slices, sum(1 for s in p.slots if s.gpus > 0))}"
     if p.home is not None and p.home.level >= 0:
         text += f"; kept beside its running members in {level_word(topo, p.home.level)} {format_path(p.home.path)}"
     if not p.preferred_met:
@@ -157,6 +176,10 @@ def too_few_gpus(free: int, reserved: int, gpus: int) -> str:
     # No node name: kube-scheduler counts identical reasons ("39 node(s) have ..."), and one
     # distinct reason per node made the pod's condition list every node.
     return f"node(s) have {max(free, 0)} free GPUs ({reserved} reserved for gangs); pod needs {gpus}"
+
+
+def not_sized(problem: str) -> str:
+    return f"{problem}; railyard cannot count the pod's GPUs and leaves it to kube-scheduler (no gang hold)"
 
 
 # -- permit (bind) ------------------------------------------------------------------------------
@@ -298,3 +321,25 @@ def cannot_preempt_no_gpus(gang: str) -> str:
 
 def cannot_preempt_empty(gang: str) -> str:
     return f"gang {gang} cannot preempt: the cluster has no nodes"
+def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> str:
+    return (f"gang {gang}: {at_bind}/{need} GPU members at bind, the first for {seconds:.0f}s; "
+            f"the rest must arrive within {max(left, 0):.0f}s")
+
+
+def timeout_capped(gang: str, asked: float, cap: float) -> str:
+    return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
+            f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")
+
+
+def node_unusable(node: str, why: str, gang: str) -> str:
+    return f"node {node} became {why} while gang {gang} waited; planning again"
+
+
+def mark_failed(member: str, error: str) -> str:
+    return f"recording the Binding round on {member} failed, so no member was bound: {error}"
+
+
+def round_completed(gang: str, bindings: int, bound: int, nodes: list[str]) -> str:
+    return (f"gang {gang}: finished a Binding round its extender had left at {bound}/{bound + bindings} members "
+            f"bound: bound the other {bindings} to their planned nodes ({', '.join(nodes[:5])}"
+            f"{' ...' if len(nodes) > 5 else ''})")

@@ -43,6 +43,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--runtime-config", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                     metavar="GROUP/VERSION=BOOL,...",
                     help="kube-apiserver --runtime-config, e.g. scheduling.k8s.io/v1beta1=true")
+    up.add_argument("--gpus-as-dra", action="store_true",
+                    help="publish the nodes' nvidia.com/gpu as DRA devices: NVIDIA's gpu.nvidia.com DeviceClass "
+                         "(extendedResourceName nvidia.com/gpu), one ResourceSlice per node, no GPUs in "
+                         "allocatable; the scheduler config drops managedResources (docs/dra.md)")
     up.add_argument("--with-kueue", dest="kueue", action="store_true",
                     help="also run Kueue's manager (tools/kueue): its CRDs, webhooks on 127.0.0.1, "
                          "integrations pod and batch/job")
@@ -109,6 +113,7 @@ def run_up(args: argparse.Namespace) -> int:
         runtime_config=args.runtime_config,
         kueue=args.kueue,
         kueue_feature_gates=args.kueue_feature_gates,
+        gpus_as_dra=args.gpus_as_dra,
     )
     # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

@@ -38,7 +38,7 @@ import urllib3
 import yaml
 
 from extender.localcluster import binaries as binaries_mod
-from extender.localcluster import config, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
@@ -77,6 +77,8 @@ class UpOptions:
     kueue_feature_gates: dict[str, bool] = field(default_factory=dict)
     """Kueue feature gates (its Configuration's ``featureGates``), e.g.
     ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
+    gpus_as_dra: bool = False
+    """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,11 @@ def _start_all(
     api = ApiClient(api_url, pki)
     wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
 
-    _say(log, f"creating {len(node_set.nodes)} nodes")
-    create_nodes(api, node_set)
+    _say(log, f"creating {len(node_set.nodes)} nodes" + (", their GPUs as DRA devices" if options.gpus_as_dra else ""))
+    if options.gpus_as_dra:
+        create_dra(api, node_set)
+    else:
+        create_nodes(api, node_set)
 
     stages_file = workdir / "kwok-stages.yaml"
     stages_file.write_text(config.kwok_stages_text())
@@ -180,8 +185,11 @@ def _start_all(
     wait_healthy(workdir, kwok, lambda: _http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
 
     scheduler_config_file = workdir / "scheduler-config.yaml"
-    scheduler_config_file.write_text(config.dump_yaml(config.render_scheduler_config(
-        custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)))
+    scheduler_config = config.render_scheduler_config(
+        custom_config, kubeconfig_file, config.extender_base(ports) if options.extender else None)
+    if options.gpus_as_dra and custom_config is None:
+        scheduler_config = dra.without_managed_resources(scheduler_config)
+    scheduler_config_file.write_text(config.dump_yaml(scheduler_config))
 
     if ext_url is not None:
         # Not admin: the ServiceAccount and RBAC from manifests/, so e2e tests prove them enough.
@@ -417,11 +425,12 @@ class ApiClient:
         )
         self._url = api_url
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
         data = None if body is None else nodes_mod.dumps(body)
         response = self._pool.request(
             method, self._url + path, body=data,
-            headers={"Content-Type": "application/json", "Accept": "application/json"})
+            headers={"Content-Type": content_type, "Accept": "application/json"})
         return response.status, response.data
 
     def ok(self, path: str) -> bool:
@@ -478,6 +487,27 @@ def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
             path = f"/api/v1/namespaces/{nodes_mod.FILL_NAMESPACE}/pods"
             fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
             list(pool.map(lambda p: api.create(path, p), fillers))
+
+
+def create_dra(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
+    """``--gpus-as-dra``: the GPU DeviceClass, the nodes without allocatable GPUs, a
+    ResourceSlice per GPU node, and an allocated claim per node with GPUs in use."""
+    objects = dra.as_dra(node_set)
+    api.create(f"{dra.API}/deviceclasses", dra.DEVICE_CLASS)
+    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool:
+        list(pool.map(lambda n: api.create("/api/v1/nodes", n), objects.nodes))
+        list(pool.map(lambda s: api.create(f"{dra.API}/resourceslices", s), objects.slices))
+        if objects.claims:
+            api.create("/api/v1/namespaces", {
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nodes_mod.FILL_NAMESPACE}})
+        path = f"{dra.API}/namespaces/{nodes_mod.FILL_NAMESPACE}/resourceclaims"
+        list(pool.map(lambda c: api.create(path, c[0]), objects.claims))
+        for claim, status in objects.claims:
+            code, data = api.request("PATCH", f"{path}/{claim['metadata']['name']}/status", status,
+                                     content_type="application/merge-patch+json")
+            if code != 200:
+                raise ClusterError(f"allocating ResourceClaim {claim['metadata']['name']} failed: "
+                                   f"HTTP {code}: {_api_message(data)}")
 
 
 # ------------------------------------------------------------------ down/status

@@ -30,6 +30,7 @@ class FakeApiServer:
         self.watches: dict[str, queue.Queue] = {}  # path -> scripts, one per watch request
         self.replies: dict[tuple[str, str], queue.Queue] = {}  # (method, path) -> (status, body)
         self.requests: list[tuple[str, str, dict, object]] = []
+        self.content_types: list[str] = []  # of each request, in order
         self.hold = threading.Event()  # while clear, POSTs to paths in `held` wait
         self.hold.set()
         self.held: set[str] = set()
@@ -56,6 +57,7 @@ class FakeApiServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n)) if n else None
                 fake.requests.append((method, url.path, query, body))
+                fake.content_types.append(self.headers.get("Content-Type", ""))
                 if url.path in fake.held:
                     fake.hold.wait(10)
                 if method == "GET" and query.get("watch") == "true":
@@ -99,6 +101,9 @@ class FakeApiServer:
 
             def do_DELETE(self):
                 self._handle("DELETE")
+
+            def do_PATCH(self):
+                self._handle("PATCH")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -40,15 +40,20 @@ def scheduler_config(tmp_path, **extender):
 
 
 def test_http_timeout_must_outlast_the_gang_timeout(tmp_path):
-    short = scheduler_config(tmp_path, bindVerb="bind", httpTimeout="30s")
-    with pytest.raises(app.ConfigError, match=r"httpTimeout 30s, not longer than the gang timeout 60s.*"
-                                              r"set httpTimeout to at least 90s"):
+    short = scheduler_config(tmp_path, bindVerb="bind", httpTimeout="65s")
+    with pytest.raises(app.ConfigError, match=r"httpTimeout 65s, shorter than the gang timeout 60s plus 10s for the "
+                                              r"Bindings.*set httpTimeout to at least 70s"):
         app.load_settings(None, {"scheduler_config": short})
     unset = scheduler_config(tmp_path, bindVerb="bind")
     with pytest.raises(app.ConfigError, match=r"httpTimeout 5s \(default\)"):
         app.load_settings(None, {"scheduler_config": unset})
     ok = scheduler_config(tmp_path, bindVerb="bind", httpTimeout="5m")
-    assert app.load_settings(None, {"scheduler_config": ok}).scheduler_config == ok
+    s = app.load_settings(None, {"scheduler_config": ok})
+    assert s.scheduler_config == ok
+    # Per-gang timeouts are capped to httpTimeout minus the Bindings' margin.
+    assert s.gangs.max_timeout_seconds == 290.0
+    explicit = app.load_settings(None, {"scheduler_config": ok, "gangs": {"max_timeout_seconds": 100.0}})
+    assert explicit.gangs.max_timeout_seconds == 100.0
 
 
 def test_flags_override_the_file_and_every_problem_is_reported(tmp_path):
@@ -126,9 +131,10 @@ def test_the_convention_settings_reach_the_translator_and_the_service(tmp_path):
         application = app.build(s, client=fake.client())
         assert application.cache.translator.volcano_tiers == ("nvlink", "network.topology.nvidia.com/leaf")
         assert application.service.settings.gangs.settle_seconds == 2.5
-        # The service waits for every kind the cache lists, the four PodGroup APIs included.
+        # The service waits for every kind the cache lists, the four PodGroup APIs and the four
+        # DRA kinds included.
         assert application.service.kinds == tuple(r.kind for r in application.cache.resources)
-        assert len(application.service.kinds) == 6
+        assert len(application.service.kinds) == 10
     path.write_text("placement: {volcano_tiers: [leaf, leaf]}\ngangs: {settle_seconds: -1}\n")
     with pytest.raises(app.ConfigError) as exc:
         app.load_settings(str(path), {})

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from extender.adapters.k8s import errors
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
-from extender.adapters.k8s.watch_cache import GROUPS, NODES, PODGROUPS, PODS, WatchCache
+from extender.adapters.k8s.watch_cache import DRA_RESOURCES, GROUPS, NODES, PODGROUPS, PODS, WatchCache
 from extender.adapters.metrics import Metrics
 from tests.topologies import TRANSLATE
 from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
@@ -57,6 +57,12 @@ class Sink:
 
     def group_deleted(self, group):
         self.calls.append(("group_deleted", group.key))
+
+    def dra_upserted(self, facts):
+        self.calls.append(("dra_upserted", type(facts).__name__, getattr(facts, "name", None) or facts.key))
+
+    def dra_deleted(self, facts):
+        self.calls.append(("dra_deleted", type(facts).__name__, getattr(facts, "name", None) or facts.key))
 
     def relisted(self, kind, objects):
         self.calls.append(("relisted", kind, [getattr(o, "name", None) or o.key.split("/")[-1] for o in objects]))
@@ -164,6 +170,43 @@ def test_podgroups_absent_count_as_listed_and_are_picked_up_when_served(apiserve
         wc.stop()
 
 
+def test_dra_kinds_are_listed_and_watched_where_resource_k8s_io_v1_is_served(apiserver):
+    api = "/apis/resource.k8s.io/v1"
+    for _ in range(2):  # one discovery answer per kind watched
+        apiserver.reply("GET", api, 200, {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1",
+                                          "resources": [{"name": "resourceslices", "kind": "ResourceSlice"},
+                                                        {"name": "resourceclaims", "kind": "ResourceClaim"}]})
+    slice_ = {"metadata": {"name": "n1-gpu", "resourceVersion": "5"},
+              "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"}, "devices": [{"name": "gpu-0"}]}}
+    apiserver.list(f"{api}/resourceslices", ([slice_], "5"))
+    claim = {"metadata": {"name": "c", "namespace": "ml", "resourceVersion": "6"}}
+    apiserver.list(f"{api}/resourceclaims", ([], "5"))
+    apiserver.watch(f"{api}/resourceslices", [{"type": "DELETED", "object": slice_}, HANG])
+    apiserver.watch(f"{api}/resourceclaims", [{"type": "ADDED", "object": claim}, HANG])
+    sink = Sink()
+    slices, claims = (r for r in DRA_RESOURCES if r.kind in ("resourceslices", "resourceclaims"))
+    wc = cache(apiserver, sink, (slices, claims))
+    try:
+        wait_until(lambda: ("dra_upserted", "ClaimFacts", "ml/c") in sink.calls
+                   and ("dra_deleted", "SliceFacts", "n1-gpu") in sink.calls)
+        assert ("relisted", "resourceslices", ["n1-gpu"]) in sink.calls
+    finally:
+        wc.stop()
+
+
+def test_dra_kinds_count_as_listed_where_not_served(apiserver):
+    sink = Sink()
+    wc = cache(apiserver, sink, DRA_RESOURCES)  # GET /apis/resource.k8s.io/v1: 404
+    try:
+        wait_until(wc.synced)
+        # Listed as empty, again every recheck while the API is not served.
+        assert {c[1] for c in sink.calls if c[0] == "relisted" and c[2] == []} == {
+            "deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"}
+        assert {c[0] for c in sink.calls} == {"relisted"}
+    finally:
+        wc.stop()
+
+
 def test_synced_needs_every_kind(apiserver):
     apiserver.list("/api/v1/nodes", ([node("a")], "1"))
     sink = Sink()
@@ -201,6 +244,24 @@ def test_bind_posts_the_binding_with_uid(apiserver):
     assert apiserver.seen("POST", path) == [({}, {
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "llama-0", "namespace": "ml", "uid": "uid-1"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-002"}})]
+
+
+def test_a_members_mark_carries_its_round_and_its_address_in_one_merge_patch(apiserver):
+    from extender.core.model import Address, BindingMark, Place
+    path = "/api/v1/namespaces/ml/pods/llama-3"
+    apiserver.reply("PATCH", path, 200, pod("llama-3"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    address = Address("ml/llama-3", "gpu-002", 3, 1, (Place("network.topology.nvidia.com/leaf", "leaf", "s1/l2"),
+                                                       Place("network.topology.nvidia.com/accelerator", "nvlink",
+                                                             "s1/l2/n3")))
+    b.mark("ml", "llama-3", "uid-3", BindingMark("r1", "gpu-002", 8, address))
+    b.close()
+    ((_, body),) = apiserver.seen("PATCH", path)
+    assert body == {"metadata": {"uid": "uid-3", "annotations": {
+        "railyard.io/binding": '{"round":"r1","node":"gpu-002","size":8}',
+        "railyard.io/rank": "3", "railyard.io/slice": "1", "railyard.io/domain.leaf": "s1/l2",
+        "railyard.io/domain.nvlink": "s1/l2/n3"}}}
+    assert apiserver.content_types[-1] == "application/merge-patch+json"
 
 
 def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
@@ -320,3 +381,17 @@ def test_each_group_api_is_watched_only_where_served_and_read_as_its_own_kind(ap
         assert not apiserver.seen("GET", "/apis/scheduling.run.ai/v2alpha2/podgroups")
     finally:
         wc.stop()
+def test_deallocate_claim_patches_status_with_the_resource_version_it_saw(apiserver):
+    path = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/user-a/status"
+    apiserver.reply("PATCH", path, 200, {"metadata": {"name": "user-a"}})
+    apiserver.reply("PATCH", path, 409, status(409, "the object has been modified", "Conflict"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    b.deallocate_claim("ml", "user-a", "uid-a", "41")
+    b.deallocate_claim("ml", "user-a", "uid-a", "41")  # changed since: a conflict, nothing to undo
+    wait_until(lambda: len(apiserver.seen("PATCH", path)) == 2)
+    b.close()
+    body = {"metadata": {"uid": "uid-a", "resourceVersion": "41"},
+            "status": {"allocation": None, "reservedFor": None, "devices": None}}
+    assert apiserver.seen("PATCH", path) == [({}, body), ({}, body)]
+    patches = [t for (m, *_), t in zip(apiserver.requests, apiserver.content_types) if m == "PATCH"]
+    assert patches == ["application/merge-patch+json"] * 2

@@ -346,3 +346,39 @@ def test_odd_objects_never_crash_the_translator(nodes, pods):
         obj.setdefault("metadata", {})
     w = load([n for n in nodes if isinstance(n.get("metadata"), dict)], pods)
     w.plan_pending(p for p in pods)
+
+
+# -- what railyard writes on pods --------------------------------------------------------------
+
+# k8s.io/apimachinery/pkg/util/validation IsQualifiedName: the name part of an annotation key.
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def _address(levels):
+    from extender.core.model import Address, Place
+    return Address("ml/p", "h1", 3, 1, tuple(Place(lvl.key, lvl.name or lvl.key.rsplit("/", 1)[-1], f"d{i}")
+                                            for i, lvl in enumerate(levels)))
+
+
+@pytest.mark.parametrize("preset", sorted(ko.PRESETS))
+def test_the_address_annotations_of_every_preset_are_valid_distinct_keys(preset):
+    from extender.adapters.kubeobjects import notes
+    levels = ko.PRESETS[preset]
+    written = notes.address_annotations(_address(levels))
+    assert written["railyard.io/rank"] == "3" and written["railyard.io/slice"] == "1"
+    domains = {k: v for k, v in written.items() if k.startswith("railyard.io/domain.")}
+    assert sorted(domains.values()) == sorted(f"d{i}" for i in range(len(levels)))  # one key per level
+    for key in written:
+        prefix, name = key.split("/")
+        assert prefix == "railyard.io" and len(name) <= 63 and QUALIFIED_NAME.match(name), key
+
+
+def test_address_annotation_names_are_made_valid_and_told_apart():
+    from extender.adapters.kubeobjects import notes
+    from extender.core.model import Address, Place
+    address = Address("ml/p", "h1", None, None, (
+        Place("example.com/zone", "zone", "z1"), Place("other.io/zone", "zone", "z1/a"),
+        Place("example.com/odd", "-odd name:" + "x" * 80 + ".", "z1/a/b")))
+    written = notes.address_annotations(address)
+    assert list(written) == ["railyard.io/domain.zone", "railyard.io/domain.zone-1", "railyard.io/domain." + "x" * 56]
+    assert "railyard.io/rank" not in written and "railyard.io/slice" not in written  # a replacement round

@@ -39,8 +39,9 @@ def _get(doc, keys):
 def test_quick_gangs_run_writes_every_documented_key(tmp_path):
     from extender.localcluster import binaries
 
-    if os.environ.get("CI", "").lower() != "true" and not all(binaries.is_cached(c) for c in binaries.COMPONENTS):
-        pytest.skip("control-plane binaries not built yet: run `railyard cluster build`")
+    if os.environ.get("CI", "").lower() != "true" and not all(
+            binaries.is_cached(c) for c in (*binaries.COMPONENTS, binaries.KUEUE)):
+        pytest.skip("control-plane or Kueue binaries not built yet: run `railyard cluster build --with-kueue`")
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "run", "--scenario", "gangs", "--out", str(out), "--quick"],
@@ -48,8 +49,7 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
     assert set(doc["arms"]) == {"A", "B", "C", "D"}
-    assert "skipped" in doc["arms"]["D"]
-    for arm in ("A", "B", "C"):
+    for arm in ("A", "B", "C", "D"):
         for keys in PER_ARM_KEYS:
             value = _get(doc["arms"][arm], keys)
             assert value is None or isinstance(value, (int, float)), (arm, keys, value)
@@ -60,6 +60,14 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
         _get(doc["arms"]["B"], ("extender_verb_ms", verb, "p99"))
     assert "throughput_railyard_vs_default" in doc["ratios"]
     assert doc["ratios"]["time_to_bind_p99_railyard_vs_native"] is not None
+    # Arm D: Kueue admitted every gang (whole, through its TAS) and its numbers were read.
+    kueue = doc["arms"]["D"]["kueue"]
+    assert kueue["workloads"]["admitted"] == kueue["workloads"]["total"] > 0
+    assert kueue["gang_last_member_to_admitted_s"]["p50"] is not None
+    assert kueue["admission_attempt_ms"]["count"] > 0
+    assert doc["arms"]["D"]["gangs"]["partly_bound"] == 0 and doc["arms"]["D"]["cpu_ms_per_pod"]["kueue"] > 0
+    assert (out / "arm-D" / "workloads.json").exists() and (out / "arm-D" / "kueue-metrics.prom").exists()
+    assert doc["arms"]["C"].get("kueue") is None
     report = (out / "report.md").read_text()
     assert "## Targets" in report and "| | A | B | C | D |" in report  # arms as columns
     for png in ("latency_cdf.png", "throughput.png", "utilization.png", "gang_time_to_bind.png", "gang_landing.png"):

@@ -73,7 +73,8 @@ class ClusterStarter:
     def __call__(self, *, nodes: list[dict[str, Any]] | None = None, topology: str | None = None,
                  extender: bool = False, scheduler_config: Path | None = None,
                  kueue: bool = False, kueue_feature_gates: str | None = None,
-                 feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = ()) -> Cluster:
+                 feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
+                 gpus_as_dra: bool = False) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
         if nodes is not None:
@@ -98,6 +99,8 @@ class ClusterStarter:
             args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in sorted(feature_gates.items()))]
         if runtime_config:
             args += ["--runtime-config", ",".join(runtime_config)]
+        if gpus_as_dra:
+            args.append("--gpus-as-dra")
         self._workdirs.append(workdir)  # before `up`: stop_all also cleans a half start
         result = run_railyard(*args, check=False)
         if result.returncode != 0:

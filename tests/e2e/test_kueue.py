@@ -4,7 +4,7 @@ Only Kueue working on the cluster is checked here (plain kube-scheduler, no exte
 group that fits the ClusterQueue's quota gets a Workload that is admitted, and its pods lose
 their scheduling gates and run; a second group beyond the remaining quota gets a Workload that
 stays pending, its pods gated, until the first group finishes. railyard's composition with
-Kueue is a later task.
+Kueue is tests/e2e/test_kueue_compose.py (docs/kueue.md).
 
 The objects follow Kueue's own examples (kubernetes-sigs/kueue, ``site/static/examples/admin/
 single-clusterqueue-setup.yaml`` and ``site/static/examples/pods-kueue/kueue-pod-group.yaml``),

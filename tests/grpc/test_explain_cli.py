@@ -23,11 +23,16 @@ def test_explain_prints_phase_reason_plan_and_fit_table(capsys):
         assert out[1].startswith("reason: gang ml/g: 2 pods, 16 GPUs on 2 nodes within "
                                  "network.topology.nvidia.com/accelerator b1/r1/n1")
         assert out[2:5] == ["plan:", "  ml/g-0  h1", "  ml/g-1  h2"]
-        assert out[5] == ("fit of 2 pods within one network.topology.nvidia.com/accelerator "
+        assert out[5] == "ranks:"
+        assert [line.split() for line in out[6:9]] == [
+            ["RANK", "SLICE", "POD", "NODE", "SPINE", "LEAF", "NVLINK"],
+            ["0", "-", "ml/g-0", "h1", "b1", "b1/r1", "b1/r1/n1"],
+            ["1", "-", "ml/g-1", "h2", "b1", "b1/r1", "b1/r1/n1"]]
+        assert out[9] == ("fit of 2 pods within one network.topology.nvidia.com/accelerator "
                           "(its own reservation counted as free):")
-        assert out[6].split() == ["DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED"]
-        assert out[7].split() == ["b1/r1/n1", "2", "16", "16", "2/2", "0"]
-        assert out[9].split() == ["b1/r2/n3", "2", "16", "8", "1/2", "0"]
+        assert out[10].split() == ["DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED"]
+        assert out[11].split() == ["b1/r1/n1", "2", "16", "16", "2/2", "0"]
+        assert out[13].split() == ["b1/r2/n3", "2", "16", "8", "1/2", "0"]
 
         assert cli.main(["explain", "ml/g-1", "--grpc", s.target, "--json"]) == 0
         answer = json.loads(capsys.readouterr().out)
@@ -45,3 +50,34 @@ def test_explain_says_when_nothing_listens(capsys):
     assert cli.main(["explain", "ml/x", "--grpc", "127.0.0.1:1", "--timeout", "2"]) == 2
     assert capsys.readouterr().err.startswith("railyard explain: UNAVAILABLE")
     assert cli.main(["explain", "no-slash"]) == 2
+
+
+def test_explain_a_sliced_gang_lists_ranks_with_slices_and_whole_slices_per_domain(capsys):
+    s = Served()
+    try:
+        pods = gang("s", 4, 4, annotations={"railyard.io/slice-size": "2", "railyard.io/slice-required-topology": "node",
+                                            "railyard.io/required-topology": "leaf"})
+        plan = steer(s, pods)
+        held = s.stub.Bind.future(bind_request(pods[0], plan["s-0"]))
+        wait_until(lambda: s.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+        assert cli.main(["explain", "ml/s-3", "--grpc", s.target]) == 0
+        out = capsys.readouterr().out.splitlines()
+        at = out.index("ranks (slices of 2 within one kubernetes.io/hostname):")
+        assert [line.split() for line in out[at + 1:at + 6]] == [
+            ["RANK", "SLICE", "POD", "NODE", "SPINE", "LEAF", "NVLINK"],
+            ["0", "0", "ml/s-0", "h1", "b1", "b1/r1", "b1/r1/n1"],
+            ["1", "0", "ml/s-1", "h1", "b1", "b1/r1", "b1/r1/n1"],
+            ["2", "1", "ml/s-2", "h2", "b1", "b1/r1", "b1/r1/n1"],
+            ["3", "1", "ml/s-3", "h2", "b1", "b1/r1", "b1/r1/n1"]]
+        table = out[out.index("fit of 4 pods within one network.topology.nvidia.com/leaf "
+                              "(its own reservation counted as free):") + 1:]
+        # r1: h1 and h2 hold a slice each, h3 one (8 free); h4 has 2 GPUs free: none. r2: h5 one.
+        assert [line.split() for line in table] == [
+            ["DOMAIN", "NODES", "GPUS", "AVAILABLE", "FITS", "BLOCKED", "SLICES"],
+            ["b1/r1", "4", "32", "26", "4/4", "0", "2/2"],
+            ["b1/r2", "2", "16", "8", "2/4", "0", "1/2"]]
+        rest = [s.stub.Bind.future(bind_request(p, plan[p["metadata"]["name"]])) for p in pods[1:]]
+        for call in [held, *rest]:
+            call.result(timeout=5)
+    finally:
+        s.close()

@@ -150,6 +150,20 @@ def test_plan_gang_answers_without_reserving(served):
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_plan_gang_gives_each_members_address_and_the_slices(served):
+    pods = gang("s", 4, 4, annotations={"railyard.io/slice-size": "2", "railyard.io/slice-required-topology": "node"})
+    (plan,) = served.stub.PlanGang(pb.PlanGangRequest(pods=[js(p) for p in pods])).gangs
+    assert (plan.slices.size, plan.slices.level, plan.slices.count) == (2, "kubernetes.io/hostname", 2)
+    assert [(r.rank, r.slice, r.pod, r.node) for r in plan.ranks] == [
+        (0, 0, "ml/s-0", "h1"), (1, 0, "ml/s-1", "h1"), (2, 1, "ml/s-2", "h2"), (3, 1, "ml/s-3", "h2")]
+    assert [(d.level, d.name, d.domain) for d in plan.ranks[2].domains] == [
+        ("network.topology.nvidia.com/spine", "spine", "b1"), ("network.topology.nvidia.com/leaf", "leaf", "b1/r1"),
+        ("network.topology.nvidia.com/accelerator", "nvlink", "b1/r1/n1")]
+    (unsliced,) = served.stub.PlanGang(pb.PlanGangRequest(pods=[js(p) for p in gang("g", 2, 8)])).gangs
+    assert not unsliced.HasField("slices") and not unsliced.ranks[0].HasField("slice")
+    assert unsliced.ranks[0].HasField("rank") and unsliced.ranks[0].rank == 0
+
+
 def test_explain_pod_for_a_waiting_gang_and_an_unknown_pod(served):
     pods = gang("g", 2, 8, annotations={"railyard.io/required-topology": "nvlink"})
     plan = steer(served, pods)
@@ -160,6 +174,9 @@ def test_explain_pod_for_a_waiting_gang_and_an_unknown_pod(served):
     assert dict(got.plan) == {"ml/g-0": "h1", "ml/g-1": "h2"}
     assert [(list(f.domain), f.available_gpus, f.fits) for f in got.fit] == [
         (["b1", "r1", "n1"], 16, 2), (["b1", "r1", "n2"], 10, 1), (["b1", "r2", "n3"], 8, 1)]
+    assert [(r.rank, r.pod, r.node, r.domains[-1].domain) for r in got.ranks] == [
+        (0, "ml/g-0", "h1", "b1/r1/n1"), (1, "ml/g-1", "h2", "b1/r1/n1")]
+    assert not got.HasField("slices") and all(f.slices == 0 for f in got.fit)
     code, details = code_of(lambda: served.stub.ExplainPod(pb.ExplainPodRequest(namespace="ml", name="ghost")))
     assert code == grpc.StatusCode.NOT_FOUND and details.startswith("pod ml/ghost is unknown to railyard")
     served.stub.Bind(bind_request(pods[1], plan["g-1"]))

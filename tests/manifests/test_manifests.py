@@ -76,8 +76,13 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
           for verb in ("list", "watch")),
         ("", "pods/binding", "create"),
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
+        ("", "pods", "patch"),  # the Binding round on each member before its Binding (recovery)
         ("", "pods/eviction", "create"),  # a gang's preemption victims (Eviction API)
         ("", "events", "create"),
+        *((("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
+                                                "resourceclaimtemplates") for v in ("get", "list", "watch"))),
+        ("resource.k8s.io", "resourceclaims/status", "patch"),  # deallocating a leftover of a failed bind
+        ("resource.k8s.io", "resourceclaims/binding", "patch"),  # what changing status.allocation needs
     }
     binding = find(base, "ClusterRoleBinding", "railyard-extender")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]
@@ -188,3 +193,21 @@ def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, ba
     service = find(base, "Service", "railyard-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(base):
+    kueue = render(MANIFESTS / "overlays" / "kueue")
+    cfg = scheduler_config(kueue)
+    (profile,) = cfg["profiles"]
+    assert profile == {"schedulerName": "railyard",
+                       "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}
+    reference = scheduler_config(base)
+    cfg.pop("profiles"), reference.pop("profiles")
+    assert cfg == reference
+    # Kueue's side (Configuration, queues) is for Kueue's install, not applied with railyard's.
+    assert not [o for o in kueue if o.get("apiVersion", "").startswith(("kueue.x-k8s.io", "config.kueue.x-k8s.io"))]
+    def names(objects):  # a ConfigMap's name ends in its content hash
+        return sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap"
+                       else o["metadata"]["name"]) for o in objects)
+
+    assert names(kueue) == names(base)

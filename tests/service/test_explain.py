@@ -38,7 +38,7 @@ def test_explain_a_waiting_gang_gives_its_numbers_and_leaves_the_reservation_alo
     assert got["level"] == "network.topology.nvidia.com/accelerator"
     # Its own 16 GPUs are given back for the table: n1 holds the whole gang.
     assert got["fit"][0] == {"domain": ["b1", "r1", "n1"], "nodes": 2, "gpus": 16, "available_gpus": 16,
-                             "fits": 2, "blocked_nodes": 0}
+                             "fits": 2, "blocked_nodes": 0, "slices": 0}
     assert ext.state.reservations() == before
     clock.now += 30
     t.join(5)

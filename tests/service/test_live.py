@@ -11,7 +11,7 @@ from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
 from extender.core import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
-from extender.service import TopologyExtender
+from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import GangSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -33,6 +33,8 @@ class Extender(TopologyExtender):
         super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
 
     def relisted(self, kind, objects):
+        if kind in DRA_KINDS:  # given as facts
+            return super().relisted(kind, objects)
         translate = {"nodes": TRANSLATE.node, "pods": TRANSLATE.pod}.get(kind, lambda o: TRANSLATE.group(o, kind))
         super().relisted(kind, [translate(o) for o in objects])
 
@@ -58,12 +60,20 @@ class Extender(TopologyExtender):
 class MemoryBinder:
     """Records Bindings instead of POSTing them; can be told to fail for some pods."""
 
-    def __init__(self, fail: set[str] = frozenset()):
+    def __init__(self, fail: set[str] = frozenset(), fail_mark: set[str] = frozenset()):
         self.bound: list[tuple[str, str]] = []
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
+        self.marks: dict[str, object] = {}
         self.fail = set(fail)
+        self.fail_mark = set(fail_mark)
         self.lock = threading.Lock()
+
+    def mark(self, namespace, name, uid, mark):
+        if f"{namespace}/{name}" in self.fail_mark:
+            raise RuntimeError("the object has been modified; please apply your changes to the latest version")
+        with self.lock:
+            self.marks[f"{namespace}/{name}"] = mark
 
     def bind(self, namespace, name, uid, node):
         if f"{namespace}/{name}" in self.fail:

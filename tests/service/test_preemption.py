@@ -269,3 +269,14 @@ def test_a_gang_that_found_nothing_looks_again_only_after_a_moment():
     clock.now += 2.0
     ext.preempt(members[1], {"a1": ["uid-lo-p-a1"]})
     assert binder.evicted == [f"lo/q-b{i}" for i in range(1, 5)]
+
+
+def test_the_wait_for_victims_stays_below_kube_schedulers_cut_of_held_binds():
+    from extender.settings import GangSettings
+    settings = Settings(gangs=GangSettings(max_timeout_seconds=90.0))
+    ext, _, clock = service([low(n) for n in NODES], settings=settings)
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]})
+    assert ext.book.get("ml/llama").deadline == clock.now + 90  # not 60 + 60

@@ -66,6 +66,17 @@ def _path(values: Sequence[str | None] | None) -> list[str]:
     return ["" if v is None else v for v in values or ()]
 
 
+def _ranks(ranks: Sequence[dict]) -> list[pb.MemberAddress]:
+    """``whatif.address_json`` rows as messages."""
+    return [pb.MemberAddress(rank=r["rank"], slice=r["slice"], pod=r["pod"], node=r["node"],
+                             domains=[pb.LevelDomain(**d) for d in r["domains"]])
+            for r in ranks]
+
+
+def _slices(slices: dict | None) -> pb.Slices | None:
+    return None if slices is None else pb.Slices(size=slices["size"], level=slices["level"] or "", count=slices["count"])
+
+
 class ExtenderServicer(pb_grpc.ExtenderServicer):
     def __init__(self, handler: Handler, translator: Translator) -> None:
         self.handler = handler
@@ -101,7 +112,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         pods = [self._pod(p, f"pods[{i}]") for i, p in enumerate(request.pods)]
         return pb.PlanGangResponse(gangs=[
             pb.GangPlan(gang=a.gang, feasible=a.feasible, level=a.level or "", domain=_path(a.domain),
-                        placement=a.placement, reason=a.reason)
+                        placement=a.placement, reason=a.reason, ranks=_ranks(a.ranks), slices=_slices(a.slices))
             for a in self.handler.plan_gang(pods)])
 
     def ExplainPod(self, request: pb.ExplainPodRequest, context: grpc.ServicerContext) -> pb.ExplainPodResponse:
@@ -111,12 +122,13 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
             raise UnknownPod(f"pod {clip(key, KEY_SHOWN_CHARS)} is unknown to railyard: it asks for no GPUs and "
                              f"names no gang, does not exist, or the watch cache has not seen it yet")
         fit = [pb.DomainFit(domain=_path(r["domain"]), nodes=r["nodes"], gpus=r["gpus"],
-                            available_gpus=r["available_gpus"], fits=r["fits"], blocked_nodes=r["blocked_nodes"])
+                            available_gpus=r["available_gpus"], fits=r["fits"], blocked_nodes=r["blocked_nodes"],
+                            slices=r["slices"])
                for r in got["fit"]]
         return pb.ExplainPodResponse(
             pod=got["pod"], gang=got["gang"], phase=got["phase"], reason=got["reason"], plan=got["plan"],
             min_member=got["min_member"], quorum=got["min_member"], at_bind=got["at_bind"], deadline_in_seconds=got["deadline_in_seconds"],
-            pods=got["pods"], level=got["level"], fit=fit)
+            pods=got["pods"], level=got["level"], fit=fit, ranks=_ranks(got["ranks"]), slices=_slices(got["slices"]))
 
     def WatchGangs(self, request: pb.WatchGangsRequest, context: grpc.ServicerContext) -> Iterator[pb.GangEvent]:
         changes: queue.SimpleQueue[dict | None] = queue.SimpleQueue()

@@ -22,11 +22,12 @@ class Api:
         self.client = client
 
     def request(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] = (),
-                body: Any = None, timeout: float | tuple[float, float] | None = 30) -> urllib3.BaseHTTPResponse:
+                body: Any = None, timeout: float | tuple[float, float] | None = 30,
+                content_type: str = "application/json") -> urllib3.BaseHTTPResponse:
         """Send one request; a non-2xx answer raises the matching KubernetesError."""
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         what = f"{method} {path}"
         try:
             m, url, hdrs, data, post = self.client.param_serialize(

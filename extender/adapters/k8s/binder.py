@@ -1,5 +1,6 @@
 """The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
-delete, evictions for preemption (the Eviction API), and Events.
+delete, evictions for preemption (the Eviction API), Events, and clearing the allocation a failed binding
+cycle left on a ResourceClaim.
 
 ``bind``, ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError`` subclasses;
 the service decides what to retry. ``event`` never blocks: it drops repeats of the same
@@ -21,7 +22,8 @@ from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
-from extender.core.model import PodFacts
+from extender.adapters.kubeobjects import binding_annotations
+from extender.core.model import BindingMark, PodFacts
 
 log = logging.getLogger("railyard.k8s.binder")
 
@@ -38,6 +40,14 @@ def binding(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def deallocation(uid: str, resource_version: str) -> dict[str, Any]:
+    """A merge patch clearing a claim's allocation, as kube-scheduler's DRA PostFilter does
+    (dynamicresources.go ``deallocateOrDeletePodClaims``); the resourceVersion makes the API
+    server refuse it if the claim changed since (a new attempt allocated or reserved it)."""
+    return {"metadata": {"uid": uid, "resourceVersion": resource_version},
+            "status": {"allocation": None, "reservedFor": None, "devices": None}}
 
 
 def pod_event(pod: PodFacts, reason: str, message: str, type_: str, now: datetime, instance: str) -> dict[str, Any]:
@@ -75,6 +85,9 @@ class KubeBinder:
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=event_queue)
         self._thread = threading.Thread(target=self._send_events, name="k8s-events", daemon=True)
         self._thread.start()
+        self._claims: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue(maxsize=event_queue)
+        self._claims_thread = threading.Thread(target=self._deallocate_claims, name="k8s-claims", daemon=True)
+        self._claims_thread.start()
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod; a pod already bound to this node (a retry after a lost reply) is success."""
@@ -96,6 +109,16 @@ class KubeBinder:
         if (pod.get("metadata") or {}).get("uid") != uid:
             return None
         return (pod.get("spec") or {}).get("nodeName") or None
+
+    def mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> None:
+        """Write the Binding round on the pod (a JSON merge patch carrying the uid, so a pod
+        recreated under the same name is refused, not marked)."""
+        patch = {"metadata": {"uid": uid, "annotations": binding_annotations(mark)}}
+        try:
+            self.api.json("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch,
+                          timeout=self.timeout, content_type="application/merge-patch+json")
+        except KubernetesError as exc:
+            raise type(exc)(f"marking pod {namespace}/{name} with its Binding round failed: {exc}", exc.status) from None
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod if it still has this UID; a pod already gone is not an error."""
@@ -145,12 +168,33 @@ class KubeBinder:
         except queue.Full:
             self.observer.event_dropped()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
         try:
-            self._events.put(None, timeout=timeout)
+            self._claims.put_nowait((namespace, name, uid, resource_version))
         except queue.Full:
-            pass
+            log.warning("ResourceClaim %s/%s not deallocated: the queue is full", namespace, name)
+
+    def close(self, timeout: float = 5.0) -> None:
+        for q in (self._events, self._claims):
+            try:
+                q.put(None, timeout=timeout)
+            except queue.Full:
+                pass
         self._thread.join(timeout)
+        self._claims_thread.join(timeout)
+
+    def _deallocate_claims(self) -> None:
+        while (item := self._claims.get()) is not None:
+            namespace, name, uid, rv = item
+            try:
+                self.api.json("PATCH", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status",
+                              body=deallocation(uid, rv), content_type="application/merge-patch+json",
+                              timeout=self.timeout)
+                log.info("deallocated ResourceClaim %s/%s (left allocated by a failed binding cycle)", namespace, name)
+            except (Conflict, NotFound):
+                pass  # changed or gone since: the scheduler moved on, nothing to undo
+            except KubernetesError as exc:
+                log.warning("ResourceClaim %s/%s not deallocated: %s", namespace, name, exc)
 
     def _send_events(self) -> None:
         while True:

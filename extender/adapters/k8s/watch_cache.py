@@ -1,4 +1,4 @@
-"""List and watch Nodes, Pods and PodGroups, and deliver every change to a CacheSink.
+"""List and watch Nodes, Pods, PodGroups and the DRA kinds, and deliver every change to a CacheSink.
 
 One thread per kind, each the same loop (the client-go reflector, in small):
 
@@ -19,7 +19,9 @@ cache never holds finished pods. Each convention's group object (``kubeobjects.G
 scheduler-plugins, Kubernetes, Volcano and KAI PodGroups) is watched only while its API is
 served: until then (a CRD not installed, a beta API not enabled) the kind counts as listed with
 no objects and its API is looked up again every ``podgroup_recheck`` seconds, so a CRD installed
-later is picked up; an API that goes away is listed as empty and rechecked the same way.
+later is picked up; an API that goes away is listed as empty and rechecked the same way. The DRA
+kinds (``resource.k8s.io/v1``: DeviceClasses, ResourceSlices, ResourceClaims,
+ResourceClaimTemplates) are watched the same way, only where that API is served.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import urllib3
 from extender.adapters.k8s.api import Api, json_lines
 from extender.adapters.k8s.errors import Gone, KubernetesError, NotFound
 from extender.adapters.kubeobjects import GROUP_APIS, Translator
+from extender.core.devices import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 log = logging.getLogger("railyard.k8s.watch")
@@ -51,6 +54,8 @@ class CacheSink(Protocol):
     def pod_deleted(self, pod: PodFacts) -> None: ...
     def group_upserted(self, group: GroupFacts) -> None: ...
     def group_deleted(self, group: GroupFacts) -> None: ...
+    def dra_upserted(self, facts: DraFacts) -> None: ...
+    def dra_deleted(self, facts: DraFacts) -> None: ...
     def relisted(self, kind: str, objects: list) -> None: ...  # kind: a Resource.kind
 
 
@@ -74,13 +79,19 @@ GROUPS = tuple(Resource(g.kind, f"/apis/{g.api_version}/podgroups", api=f"/apis/
                for g in GROUP_APIS)
 PODGROUPS = GROUPS[0]
 """scheduler-plugins PodGroups (``scheduling.x-k8s.io/v1alpha1``)."""
-RESOURCES = (NODES, PODS, *GROUPS)
+_DRA_API = "/apis/resource.k8s.io/v1"
+DRA = {  # Resource kind -> the object kind the translator takes
+    "deviceclasses": "DeviceClass", "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate",
+}
+DRA_RESOURCES = tuple(Resource(kind, f"{_DRA_API}/{kind}", api=_DRA_API) for kind in DRA)
+RESOURCES = (NODES, PODS, *GROUPS, *DRA_RESOURCES)
 KINDS = tuple(r.kind for r in RESOURCES)
 """Every kind the cache lists: what the service waits for before it plans a gang."""
 _GROUP_KINDS = frozenset(r.kind for r in GROUPS)
 
 
-def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts:
+def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts | DraFacts:
     if kind == "nodes":
         return translator.node(obj)
     if kind == "pods":
@@ -88,6 +99,8 @@ def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFa
     if kind in _GROUP_KINDS:
         # By the watched kind, not the object's apiVersion: list items of a built-in API carry none.
         return translator.group(obj, kind)
+    if kind in DRA:
+        return translator.dra(DRA[kind], obj)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -99,8 +112,10 @@ def deliver(sink: CacheSink, translator: Translator, kind: str, event_type: str,
         sink.node_deleted(facts.name) if deleted else sink.node_upserted(facts)
     elif isinstance(facts, PodFacts):
         sink.pod_deleted(facts) if deleted else sink.pod_upserted(facts)
-    else:
+    elif isinstance(facts, GroupFacts):
         sink.group_deleted(facts) if deleted else sink.group_upserted(facts)
+    else:
+        sink.dra_deleted(facts) if deleted else sink.dra_upserted(facts)
     return {"ADDED": 1, "DELETED": -1}.get(event_type, 0)
 
 

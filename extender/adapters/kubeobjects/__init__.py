@@ -11,6 +11,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     resources.py  effective requests and allocatable, quantities bounded
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
     groups.py     each convention's group object -> GroupFacts; the precedence table
+    dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
     fields.py     defensive accessors
 """
 
@@ -18,6 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from extender.adapters.kubeobjects.dra import (
+    claim_template_facts,
+    device_class_facts,
+    resource_claim_facts,
+    resource_slice_facts,
+)
 from extender.adapters.kubeobjects.groups import GROUP_APIS, podgroup_facts
 from extender.adapters.kubeobjects.labels import (
     CLIQUE,
@@ -32,17 +39,21 @@ from extender.adapters.kubeobjects.pods import (
     DECLARING_ANNOTATIONS,
     MEMBERSHIP,
     RANKS,
+    binding_annotations,
+    binding_mark,
     gang_ref,
     pod_facts,
     pod_gpus,
     rank,
 )
 from extender.adapters.kubeobjects.placement import tolerations
+from extender.core.devices import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
-    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "GROUP_APIS", "MEMBERSHIP", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "detect_levels", "explicit_levels", "gang_ref", "node_facts",
+    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GROUP_APIS", "MEMBERSHIP", "PRESETS", "RANKS",
+    "SCHEME", "Translator", "binding_annotations", "binding_mark", "detect_levels", "explicit_levels", "gang_ref",
+    "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
 
@@ -64,3 +75,16 @@ class Translator:
     def group(self, obj: Mapping[str, Any], kind: str | None = None) -> GroupFacts:
         """A group object of ``kind`` (``GROUP_APIS``), or of the kind its apiVersion names."""
         return podgroup_facts(obj, kind, self.volcano_tiers)
+
+    def dra(self, kind: str, obj: Mapping[str, Any]) -> DraFacts:
+        """A ``resource.k8s.io`` object of ``kind`` (``DeviceClass``, ``ResourceSlice``,
+        ``ResourceClaim``, ``ResourceClaimTemplate``)."""
+        return DRA_KINDS[kind](obj)
+
+
+DRA_KINDS = {
+    "DeviceClass": device_class_facts,
+    "ResourceSlice": resource_slice_facts,
+    "ResourceClaim": resource_claim_facts,
+    "ResourceClaimTemplate": claim_template_facts,
+}

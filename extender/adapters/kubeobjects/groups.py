@@ -8,7 +8,8 @@ Where a gang's size, timeout and topology come from; lower precedence wins, and 
 disagree at the winning precedence are a problem of the gang (``core.gangspec``):
 
   0 RAILYARD  pod annotations railyard.io/min-member, railyard.io/timeout-seconds,
-              railyard.io/required-topology, railyard.io/preferred-topology
+              railyard.io/required-topology, railyard.io/preferred-topology,
+              railyard.io/slice-size, railyard.io/slice-required-topology
   1 GROUP     the group object the pod's convention names:
       scheduler-plugins  scheduling.x-k8s.io/v1alpha1 PodGroup: spec.minMember (size),
                          spec.scheduleTimeoutSeconds (timeout)
@@ -22,7 +23,8 @@ disagree at the winning precedence are a problem of the gang (``core.gangspec``)
                          spec.topologyConstraint.requiredTopologyLevel / preferredTopologyLevel
   2 OTHER     pod annotations of a convention without a group object (Kueue):
               kueue.x-k8s.io/pod-group-total-count (size), kueue.x-k8s.io/podset-required-topology,
-              kueue.x-k8s.io/podset-preferred-topology
+              kueue.x-k8s.io/podset-preferred-topology, kueue.x-k8s.io/podset-slice-size,
+              kueue.x-k8s.io/podset-slice-required-topology
   nowhere     size: the members seen, planned once none is new for gangs.settle_seconds;
               timeout: gangs.default_timeout_seconds; topology: as tight as the gang fits
 

@@ -16,6 +16,9 @@ holds a documented example of each, with the file and tag it came from):
 - ``oci``: rdma.local_block_id (tier 0) < network_block_id < hpc_island_id (oracle-quickstart/
   oci-hpc-oke); ``oci-host``: host.rack_id < host.network_block_id.
 - ``clique``: ``nvidia.com/gpu.clique`` = ``<ClusterUUID>.<CliqueID>`` (GPU Feature Discovery).
+- ``rail-group``: railyard's own ``railyard.io/rail-group``: the nodes that share one set of rail
+  switches (docs/dra.md, rails); no project labels rail groups yet. Like ``clique`` it adds a level
+  under any switch tree, above the NVLink levels.
 
 Topograph never removes labels of an older scheme when it writes a newer one (v0.3 merges
 labels in; v1.0.0 ``isManagedLevelLabel`` only clears its own keys), so an upgraded node can
@@ -33,6 +36,8 @@ from extender.core.model import Level, LevelChoice, NodeFacts
 CLIQUE = "nvidia.com/gpu.clique"
 CLIQUE_CLUSTER = "nvidia.com/gpu.clique:cluster"
 """Derived level: the ClusterUUID prefix of nvidia.com/gpu.clique, the physical NVLink domain."""
+RAIL_GROUP = "railyard.io/rail-group"
+"""The nodes that share one set of rail switches (GPU i of each reaches rail switch i)."""
 
 _TOPOGRAPH = "network.topology.nvidia.com/"
 _TOPOGRAPH_V1_TIER = re.compile(r"^fabric\.topograph\.run/tier-(\d+)$")
@@ -78,7 +83,10 @@ PRESETS: dict[str, tuple[Level, ...]] = {
         Level(CLIQUE_CLUSTER, "nvlink-rack", prefix_of=CLIQUE),
         Level(CLIQUE, "nvlink"),
     ),
+    "rail-group": (Level(RAIL_GROUP, "rail-group"),),
 }
+_ADDED = ("rail-group", "clique")
+"""Presets that add levels under the switch tree instead of being one, in this order."""
 NVLINK_KEYS = frozenset({_TOPOGRAPH + "accelerator", "accelerator.topograph.run/domain"})
 """Presets whose own NVLink level makes the clique label redundant."""
 
@@ -134,9 +142,9 @@ def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
             carriers.setdefault(preset, []).append(i)
         if old:
             stale.setdefault(old, []).append(i)
-    trees = [p for p in PRESETS if p != "clique" and p in carriers]
+    trees = [p for p in PRESETS if p not in _ADDED and p in carriers]
     problems: list[str] = []
-    if not trees and "clique" not in carriers:
+    if not trees and not any(p in carriers for p in _ADDED):
         return LevelChoice((), None, ("no known topology labels on any node; each node is its own domain",))
     primary = max(trees, key=lambda p: len(carriers[p])) if trees else None
     levels: list[Level] = []
@@ -165,12 +173,14 @@ def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
                 at = [k for k in at if any(nodes[i].labels.get(k) == value for i in idx)]
                 problems.append(f"{len(idx)} node(s) carry {value} (e.g. {name(idx[0])}) at {', '.join(at)}: "
                                 "its labeler knows no domain there; each such node is a domain of its own")
+    if "rail-group" in carriers:
+        levels += PRESETS["rail-group"]
     if "clique" in carriers:
         if any(lvl.key in NVLINK_KEYS for lvl in levels):
             problems.append(f"{CLIQUE} ignored: {primary} already names the NVLink domain")
         else:
             levels += PRESETS["clique"]
-    return LevelChoice(tuple(levels), primary or "clique", tuple(problems))
+    return LevelChoice(tuple(levels), primary or next(p for p in _ADDED if p in carriers), tuple(problems))
 
 
 class _Scheme:

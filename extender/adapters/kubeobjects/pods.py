@@ -3,11 +3,14 @@ where they may run (placement.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
+from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.echo import shown
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
+from extender.adapters.kubeobjects.notes import address_annotations
 from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
@@ -16,7 +19,10 @@ from extender.core.model import (
     PREEMPT_NEVER,
     PREFERRED,
     REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
     TIMEOUT,
+    BindingMark,
     Declaration,
     GangRef,
     PodFacts,
@@ -50,6 +56,11 @@ DECLARING_ANNOTATIONS = (
     ("kueue.x-k8s.io/podset-required-topology", REQUIRED, OTHER),
     ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
     ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
+    ("railyard.io/slice-size", SLICE_SIZE, RAILYARD),
+    # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
+    ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, OTHER),
+    ("railyard.io/slice-required-topology", SLICE_LEVEL, RAILYARD),
+    ("kueue.x-k8s.io/podset-slice-required-topology", SLICE_LEVEL, OTHER),
 )
 """Gang-level values a pod declares itself (``groups.py`` has the whole precedence table)."""
 
@@ -67,6 +78,37 @@ def gang_ref(pod: Mapping[str, Any]) -> GangRef:
         if group:
             return GangRef(f"{ns}/{group}", True, kind)
     return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
+
+
+BINDING = "railyard.io/binding"
+"""Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``,
+beside the member's address (``notes.address_annotations``)."""
+MAX_MARK_CHARS = 512
+
+
+def binding_annotations(mark: BindingMark) -> dict[str, str]:
+    """Everything railyard writes on a member before its Binding, in one merge patch."""
+    round_ = json.dumps({"round": mark.round, "node": mark.node, "size": mark.size}, separators=(",", ":"))
+    return {BINDING: round_, **(address_annotations(mark.address) if mark.address is not None else {})}
+
+
+def binding_mark(annotations: Mapping[str, str]) -> BindingMark | None:
+    """The Binding round railyard wrote on the pod, or None (absent or unreadable: never trusted
+    further than its shape; a pod's creator could write anything here)."""
+    raw = annotations.get(BINDING)
+    if not raw or len(raw) > MAX_MARK_CHARS:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    r, node, size = doc.get("round"), doc.get("node"), doc.get("size")
+    if not (isinstance(r, str) and r and isinstance(node, str) and node and isinstance(size, int)
+            and not isinstance(size, bool) and 0 < size <= 100_000):
+        return None
+    return BindingMark(r, node, size)
 
 
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
@@ -88,6 +130,8 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
         eligibility=where,
         problems=request_problems + where_problems + priority_problems,
+        binding=binding_mark(annotations),
+        claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
     )

@@ -119,7 +119,7 @@ class PlanGangRequest(_message.Message):
     def __init__(self, pods: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GangPlan(_message.Message):
-    __slots__ = ("gang", "feasible", "level", "domain", "placement", "reason")
+    __slots__ = ("gang", "feasible", "level", "domain", "placement", "reason", "ranks", "slices")
     class PlacementEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -133,13 +133,51 @@ class GangPlan(_message.Message):
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
     gang: str
     feasible: bool
     level: str
     domain: _containers.RepeatedScalarFieldContainer[str]
     placement: _containers.ScalarMap[str, str]
     reason: str
-    def __init__(self, gang: _Optional[str] = ..., feasible: _Optional[bool] = ..., level: _Optional[str] = ..., domain: _Optional[_Iterable[str]] = ..., placement: _Optional[_Mapping[str, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    ranks: _containers.RepeatedCompositeFieldContainer[MemberAddress]
+    slices: Slices
+    def __init__(self, gang: _Optional[str] = ..., feasible: _Optional[bool] = ..., level: _Optional[str] = ..., domain: _Optional[_Iterable[str]] = ..., placement: _Optional[_Mapping[str, str]] = ..., reason: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ...) -> None: ...
+
+class Slices(_message.Message):
+    __slots__ = ("size", "level", "count")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    level: str
+    count: int
+    def __init__(self, size: _Optional[int] = ..., level: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class MemberAddress(_message.Message):
+    __slots__ = ("rank", "slice", "pod", "node", "domains")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    SLICE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    slice: int
+    pod: str
+    node: str
+    domains: _containers.RepeatedCompositeFieldContainer[LevelDomain]
+    def __init__(self, rank: _Optional[int] = ..., slice: _Optional[int] = ..., pod: _Optional[str] = ..., node: _Optional[str] = ..., domains: _Optional[_Iterable[_Union[LevelDomain, _Mapping]]] = ...) -> None: ...
+
+class LevelDomain(_message.Message):
+    __slots__ = ("level", "name", "domain")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    name: str
+    domain: str
+    def __init__(self, level: _Optional[str] = ..., name: _Optional[str] = ..., domain: _Optional[str] = ...) -> None: ...
 
 class PlanGangResponse(_message.Message):
     __slots__ = ("gangs",)
@@ -156,23 +194,25 @@ class ExplainPodRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class DomainFit(_message.Message):
-    __slots__ = ("domain", "nodes", "gpus", "available_gpus", "fits", "blocked_nodes")
+    __slots__ = ("domain", "nodes", "gpus", "available_gpus", "fits", "blocked_nodes", "slices")
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_GPUS_FIELD_NUMBER: _ClassVar[int]
     FITS_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_NODES_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
     domain: _containers.RepeatedScalarFieldContainer[str]
     nodes: int
     gpus: int
     available_gpus: int
     fits: int
     blocked_nodes: int
-    def __init__(self, domain: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., available_gpus: _Optional[int] = ..., fits: _Optional[int] = ..., blocked_nodes: _Optional[int] = ...) -> None: ...
+    slices: int
+    def __init__(self, domain: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., available_gpus: _Optional[int] = ..., fits: _Optional[int] = ..., blocked_nodes: _Optional[int] = ..., slices: _Optional[int] = ...) -> None: ...
 
 class ExplainPodResponse(_message.Message):
-    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "min_member", "at_bind", "deadline_in_seconds", "pods", "level", "fit")
+    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "min_member", "at_bind", "deadline_in_seconds", "pods", "level", "fit", "ranks", "slices")
     class PlanEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +232,8 @@ class ExplainPodResponse(_message.Message):
     PODS_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     FIT_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
     pod: str
     gang: str
     phase: str
@@ -204,7 +246,9 @@ class ExplainPodResponse(_message.Message):
     pods: int
     level: str
     fit: _containers.RepeatedCompositeFieldContainer[DomainFit]
-    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., min_member: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ...) -> None: ...
+    ranks: _containers.RepeatedCompositeFieldContainer[MemberAddress]
+    slices: Slices
+    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., min_member: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ...) -> None: ...
 
 class WatchGangsRequest(_message.Message):
     __slots__ = ("namespace",)

@@ -1,0 +1,48 @@
+"""A gang member's address -> the annotations railyard writes on its pod, in the same merge
+patch as its Binding round (``pods.binding_annotations``), before any Binding of the round.
+Every key made here is a valid qualified name (``tests/adapters``), whatever a level is called.
+
+    railyard.io/rank                 the member's rank in the plan (0 ..), consecutive ranks neighbours
+    railyard.io/slice                rank // slice size (sliced gangs only)
+    railyard.io/domain.<level>       its domain at that level: the path from the broadest level,
+                                     e.g. railyard.io/domain.leaf: s1/l2 (a label it lacks: absent)
+
+``<level>`` is the level's short name (``spine``, ``leaf``, ``nvlink``...), else the last part
+of its key; made a valid name part, and told apart by its position when two levels share one.
+"""
+
+from __future__ import annotations
+
+import re
+
+from extender.core.model import Address
+
+PREFIX = "railyard.io/"
+RANK = PREFIX + "rank"
+SLICE = PREFIX + "slice"
+DOMAIN = PREFIX + "domain."
+_NAME_PART = 63
+_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def address_annotations(address: Address) -> dict[str, str]:
+    out = {}
+    if address.rank is not None:
+        out[RANK] = str(address.rank)
+    if address.slice is not None:
+        out[SLICE] = str(address.slice)
+    seen: set[str] = set()
+    for i, place in enumerate(address.domains):
+        key = domain_key(place.name)
+        if key in seen:
+            key = domain_key(f"{place.name}-{i}")
+        seen.add(key)
+        out[key] = place.domain
+    return out
+
+
+def domain_key(level_name: str) -> str:
+    """``railyard.io/domain.<name>`` with the name made a valid annotation name part."""
+    room = _NAME_PART - len(DOMAIN) + len(PREFIX)
+    name = _INVALID.sub("-", level_name).strip("-_.")[-room:].strip("-_.") or "level"
+    return DOMAIN + name
