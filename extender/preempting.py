@@ -48,6 +48,8 @@ log = logging.getLogger("railyard.preempt")
 
 MAX_EVICTION_THREADS = 8
 """Eviction calls of one preemption in flight at once."""
+PREEMPTIBLE = frozenset({Phase.PLANNED, Phase.WAITING})
+"""A gang's reservation is taken only before its Bindings go out (not while binding)."""
 RECHOOSE_SECONDS = 2.0
 """A gang that found nothing to preempt does not look again for this long: every member's
 scheduling attempt asks, and a choice costs tens of milliseconds at thousands of nodes."""
@@ -127,7 +129,7 @@ class Preempter:
         if self._nothing.get(rec.key, 0.0) > now:
             return []
         held = [Held(g, self._priority(g, highest=True), r.slots) for g, r in self.state.reservations().items()
-                if not r.bound and g != rec.key and (hr := self.book.get(g)) is not None and hr.phase in HOLDING]
+                if not r.bound and g != rec.key and (hr := self.book.get(g)) is not None and hr.phase in PREEMPTIBLE]
         choice = choose(spec, self.state.view(), members, self.pods.on_node, self.pods.bound_pods, held,
                         protected=set(self._protected), leaving=set(self._leaving), refused=refused, homes=homes)
         if isinstance(choice, NoChoice):
@@ -169,7 +171,7 @@ class Preempter:
 
     def start(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
-            self.run(job)
+            self.run(lambda job=job: _logged(job))
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class Preempter:
         where = format_path(choice.domain.path)
         for gang in choice.release:
             victim = self.book.get(gang)
-            if victim is None or victim.phase not in HOLDING:
+            if victim is None or victim.phase not in PREEMPTIBLE:
                 continue
             reason = verdicts.reservation_preempted(gang, self._priority(gang, highest=True), rec.key,
                                                     choice.priority, word, where)
@@ -292,3 +294,11 @@ class Preempter:
     def _tell(self, pods: Sequence[PodFacts], reason: str, message: str, type_: str = "Warning") -> None:
         for pod in pods:
             self.binder.event(pod, reason, message, type_)
+
+
+def _logged(job: Job) -> None:
+    """Run a job; a bug in it is logged (its gang's reservation then ends at its deadline)."""
+    try:
+        job()
+    except Exception:
+        log.exception("preemption job failed")

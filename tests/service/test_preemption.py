@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from extender.core.errors import GangUnreserved
+from extender.core.lifecycle import Phase
 from extender.settings import PreemptionSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder, wait_until
 from tests.topologies import gang, pod
@@ -280,3 +281,20 @@ def test_the_wait_for_victims_stays_below_kube_schedulers_cut_of_held_binds():
         ext.pod_upserted(p)
     ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]})
     assert ext.book.get("ml/llama").deadline == clock.now + 90  # not 60 + 60
+
+
+def test_a_lower_priority_gang_whose_bindings_are_going_out_is_not_taken():
+    running = [low(n) for n in NODES if not n.startswith("c")]
+    ext, binder, _ = service(running)
+    small = gang("small", 4, 8, ns="ml", priority=100, annotations=REQUIRED)
+    for p in small:
+        ext.pod_upserted(p)
+    for p in small:
+        ext.filter(p, NODES)
+    ext.book.get("ml/small").phase = Phase.BINDING  # its last member reached permit: Bindings go out
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
+    assert ext.book.get("ml/small").phase == Phase.BINDING
+    assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]  # pods elsewhere, not its slots
