@@ -34,14 +34,14 @@ TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
 
 
 class NoBinder:
-    def bind(self, namespace, name, uid, node):
-        pass
+    def bind_all(self, bindings):
+        return [None] * len(bindings)
 
     def delete_pod(self, namespace, name, uid):
         pass
 
-    def mark(self, namespace, name, uid, mark):
-        pass
+    def mark_all(self, marks):
+        return [None] * len(marks)
 
     def event(self, pod, reason, message, type_="Warning"):
         pass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from extender.core import verdicts
@@ -25,10 +24,6 @@ from extender.core.model import Address, BindingMark
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, Observer
 from extender.settings import GangSettings
-
-MAX_BINDING_THREADS = 32
-"""Bindings of one gang in flight at once."""
-
 
 class PermitGate:
     def __init__(self, cond: threading.Condition, book: GangBook, pods: PodIndex, binder: Binder,
@@ -62,7 +57,7 @@ class PermitGate:
             addresses = gang_addresses(self.book.state.topology, rec.placement) if rec is not None else {}
         match decision:
             case None:
-                error = self._bind_with_retries(key, uid, node)
+                error = self._bind_all({key: (uid, node)})[key]
                 if error:
                     raise BindingFailed(error)
                 return
@@ -89,24 +84,22 @@ class PermitGate:
         return outcome
 
     def _bind_gang(self, gang: str, members: dict[str, tuple[str, str]], addresses: dict[str, Address]) -> None:
-        """Mark every member (its round and its address), then create every member's Binding at
-        once; if some fail after retries, evict the rest."""
+        """Mark every member (its round and its address), then create every member's Binding in
+        one burst; if some fail after retries, evict the rest."""
         round_ = uuid.uuid4().hex[:12]
-        with ThreadPoolExecutor(max_workers=min(MAX_BINDING_THREADS, len(members))) as pool:
-            marks = list(pool.map(lambda item: self._mark(item[0], item[1][0], BindingMark(
-                round_, item[1][1], len(members), addresses.get(item[0]))), members.items()))
-            if any(marks):
-                # Nothing is bound yet: the round ends here, whole (the book compensates nothing).
-                first = next(m for m in marks if m)
-                results = {k: m or f"not bound: {first}" for k, m in zip(members, marks)}
-            elif self.settings.binding_pause_seconds > 0:  # fault injection for tests only
-                results = {}
-                for key, (uid, node) in members.items():
-                    results[key] = self._bind_with_retries(key, uid, node)
-                    self.sleep(self.settings.binding_pause_seconds)
-            else:
-                errors = pool.map(lambda item: self._bind_with_retries(item[0], *item[1]), members.items())
-                results = dict(zip(members, errors))
+        marks = self._mark_all({key: (uid, BindingMark(round_, node, len(members), addresses.get(key)))
+                                for key, (uid, node) in members.items()})
+        if any(marks.values()):
+            # Nothing is bound yet: the round ends here, whole (the book compensates nothing).
+            first = next(m for m in marks.values() if m)
+            results = {k: m or f"not bound: {first}" for k, m in marks.items()}
+        elif self.settings.binding_pause_seconds > 0:  # fault injection for tests only
+            results = {}
+            for key, (uid, node) in members.items():
+                results.update(self._bind_all({key: (uid, node)}))
+                self.sleep(self.settings.binding_pause_seconds)
+        else:
+            results = self._bind_all(members)
         with self._cond:
             compensate = self.book.bindings_done(gang, results, members, self.clock())
             if compensate is None:
@@ -128,29 +121,42 @@ class PermitGate:
             self._tell()
             self._cond.notify_all()
 
-    def _mark(self, key: str, uid: str, mark: BindingMark) -> str:
-        """Record the round on the member's pod; "" or the error."""
-        namespace, name = key.split("/", 1)
+    def _mark_all(self, marks: dict[str, tuple[str, BindingMark]]) -> dict[str, str]:
+        """Record the round on every member's pod at once; per member "" or the error."""
+        batch = [(*key.split("/", 1), uid, mark) for key, (uid, mark) in marks.items()]
         try:
-            self.binder.mark(namespace, name, uid, mark)
-            return ""
-        except Exception as exc:  # the binder's errors carry the API server's words
-            return verdicts.mark_failed(key, str(exc))
+            outcomes = list(self.binder.mark_all(batch))
+        except Exception as exc:  # a binder that raised instead of answering per pod
+            outcomes = [exc] * len(batch)
+        return {key: verdicts.mark_failed(key, str(exc)) if exc is not None else ""
+                for key, exc in zip(marks, outcomes)}
 
-    def _bind_with_retries(self, key: str, uid: str, node: str) -> str:
-        """Create the Binding, retrying with backoff; "" or the last error."""
-        namespace, name = key.split("/", 1)
+    def _bind_all(self, members: dict[str, tuple[str, str]]) -> dict[str, str]:
+        """Create the Bindings of ``members`` (key -> (uid, node)) in one burst, then retry the
+        failed ones together with backoff; per member "" or its last error."""
+        errors: dict[str, str] = {}
+        pending = dict(members)
         attempts = self.settings.bind_attempts
         for i in range(attempts):
+            bindings = [(*key.split("/", 1), uid, node) for key, (uid, node) in pending.items()]
             try:
-                self.binder.bind(namespace, name, uid, node)
-                return ""
-            except Exception as exc:  # the binder's errors carry the API server's words
-                error = verdicts.binding_failed(key, node, str(exc))
+                outcomes = list(self.binder.bind_all(bindings))
+            except Exception as exc:  # a binder that raised instead of answering per Binding
+                outcomes = [exc] * len(bindings)
+            failed = {}
+            for (key, (uid, node)), exc in zip(pending.items(), outcomes):
+                if exc is None:
+                    errors.pop(key, None)
+                    continue
+                errors[key] = verdicts.binding_failed(key, node, str(exc))
                 self.observer.binding_failed()
-                if i + 1 < attempts:
-                    self.sleep(0.05 * 2 ** i)
-        return error
+                failed[key] = (uid, node)
+            pending = failed
+            if not pending:
+                break
+            if i + 1 < attempts:
+                self.sleep(0.05 * 2 ** i)
+        return {key: errors.get(key, "") for key in members}
 
 
 def _answer(outcome: Outcome) -> None:

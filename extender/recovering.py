@@ -51,12 +51,15 @@ class Recoverer:
 
     def _complete(self, action: Complete) -> None:
         errors, bound_now = [], []
-        for key, uid, node in action.bindings:
-            namespace, name = key.split("/", 1)
-            try:
-                self.binder.bind(namespace, name, uid, node)
+        batch = [(*key.split("/", 1), uid, node) for key, uid, node in action.bindings]
+        try:
+            outcomes = list(self.binder.bind_all(batch))
+        except Exception as exc:  # a binder that raised instead of answering per Binding
+            outcomes = [exc] * len(batch)
+        for (key, uid, node), exc in zip(action.bindings, outcomes):
+            if exc is None:
                 bound_now.append((key, uid))
-            except Exception as exc:  # the binder's errors carry the API server's words
+            else:  # the binder's errors carry the API server's words
                 errors.append(verdicts.binding_failed(key, node, str(exc)))
                 self.observer.binding_failed()
         if errors:

@@ -303,7 +303,7 @@ class TopologyExtender(_DeviceSink):
             if slot is not None:
                 return planned_scores(slot.node, node_names)
             if pod.gpus == 0:
-                return [(n, 0) for n in node_names]
+                return []  # every host 0: unlisted hosts score 0
             return best_fit_scores(self.state.view(), pod.gpus, node_names)
 
     # -- bind: the gang's permit gate (gate.py) ------------------------------------------------

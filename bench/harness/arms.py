@@ -11,6 +11,10 @@ annotations, inert without the extender), so the arms differ only in what the is
   (issue 13);
 - B: kube-scheduler + railyard with the reference configuration (``manifests/base/
   scheduler-config.yaml`` bound to the local cluster, ``extender/localcluster/config.py``);
+  single pods name its profile ``railyard-sampled`` (kube-scheduler's adaptive sample of
+  feasible nodes, as in A), gang members the default one (every node, as in A100);
+- B100: B with the single pods on the default profile too (every feasible node scored), so
+  A100 -> B100 is the extender's cost at equal scoring, as A -> B is;
 - C: kube-scheduler 1.37.2 with native gang scheduling and topology-aware workload scheduling
   (feature gates ``GenericWorkload`` + ``TopologyAwareWorkloadScheduling``, API
   ``scheduling.k8s.io/v1beta1``): a Workload and a PodGroup per gang (``gang.minCount`` = pods,
@@ -60,6 +64,10 @@ KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_NODE_LABELS = {"type": "kwok"}
 
 
+#: The reference configuration's profile for pods that name no gang: kube-scheduler's adaptive
+#: sample of feasible nodes instead of every one (manifests/base/scheduler-config.yaml).
+SAMPLED_PROFILE = "railyard-sampled"
+
 #: ``Arm.percentage_of_nodes_to_score``: run the configuration ``cluster up`` generates as is
 #: (the reference configuration from manifests/, ``percentageOfNodesToScore: 100``).
 AS_GENERATED = "as generated"
@@ -78,12 +86,16 @@ class Arm:
     key out (kube-scheduler's adaptive default), or ``AS_GENERATED``."""
     kueue: bool = False
     """Run Kueue (``cluster up --with-kueue``, TAS on) and submit every pod through it."""
+    single_scheduler_name: str | None = None
+    """``spec.schedulerName`` of the pods that name no gang (None: the default profile)."""
 
 
 ARMS = {
     "A": Arm("A", "kube-scheduler alone (default percentageOfNodesToScore)", percentage_of_nodes_to_score=None),
     "A100": Arm("A100", "kube-scheduler alone, percentageOfNodesToScore: 100", percentage_of_nodes_to_score=100),
-    "B": Arm("B", "kube-scheduler + railyard (reference configuration)", extender=True),
+    "B": Arm("B", "kube-scheduler + railyard (reference configuration; single pods on profile railyard-sampled)",
+             extender=True, single_scheduler_name=SAMPLED_PROFILE),
+    "B100": Arm("B100", "kube-scheduler + railyard, single pods scoring every node too", extender=True),
     # C keeps the generated configuration (percentageOfNodesToScore: 100), as in every run so far.
     "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
              native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
@@ -134,6 +146,8 @@ def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:
     }
     if job.priority_class:
         spec["priorityClassName"] = job.priority_class
+    if job.kind == "single" and arm.single_scheduler_name:
+        spec["schedulerName"] = arm.single_scheduler_name
     if job.kind == "gang":
         labels["scheduling.x-k8s.io/pod-group"] = job.name
         labels["batch.kubernetes.io/job-completion-index"] = str(index)

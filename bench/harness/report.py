@@ -8,14 +8,16 @@ from typing import Any
 
 from bench.harness import preemption
 
-ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "C": "tab:orange", "D": "tab:green"}
+ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
+              "D": "tab:green"}
 #: Processes whose CPU per pod the decomposition compares (keys of ``cpu_ms_per_pod``).
 CLUSTER_PROCESSES = ("kube-scheduler", "kube-apiserver", "etcd", "kwok", "railyard")
 #: The steps of issue 13's decomposition: (from arm, to arm, what the step adds).
 STEPS = (
     ("A", "A100", "scoring every feasible node (percentageOfNodesToScore default -> 100)"),
-    ("A100", "B", "the extender: HTTP round trips + railyard's own work"),
-    ("A", "B", "all of it"),
+    ("A100", "B100", "the extender, every node scored: HTTP round trips + railyard's own work"),
+    ("A", "B", "the extender, single pods on kube-scheduler's sample (profile railyard-sampled)"),
+    ("A100", "B", "the extender and the sampled profile for single pods"),
 )
 LEVEL_ORDER = ("host", "nvl", "leaf", "block", "cluster")
 
@@ -30,12 +32,13 @@ def ratios(arms: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         return value if isinstance(value, (int, float)) else None
 
     tb, ta = get("B", "throughput_pods_per_s", "avg"), get("A", "throughput_pods_per_s", "avg")
-    t100 = get("A100", "throughput_pods_per_s", "avg")
+    t100, tb100 = get("A100", "throughput_pods_per_s", "avg"), get("B100", "throughput_pods_per_s", "avg")
     pb, pc = get("B", "gang_time_to_bind_s", "p99"), get("C", "gang_time_to_bind_s", "p99")
     return {
         "throughput_railyard_vs_default": round(tb / ta, 3) if tb and ta else None,
         "throughput_score_all_vs_default": round(t100 / ta, 3) if t100 and ta else None,
         "throughput_railyard_vs_score_all": round(tb / t100, 3) if tb and t100 else None,
+        "throughput_railyard_every_node_vs_score_all": round(tb100 / t100, 3) if tb100 and t100 else None,
         "time_to_bind_p99_railyard_vs_native": round(pb / pc, 3) if pb is not None and pc else None,
     }
 
@@ -239,6 +242,7 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
             f"Ratios: throughput B/A = {doc['ratios']['throughput_railyard_vs_default']}, "
             f"A100/A = {doc['ratios'].get('throughput_score_all_vs_default')}, "
             f"B/A100 = {doc['ratios'].get('throughput_railyard_vs_score_all')}, "
+            f"B100/A100 = {doc['ratios'].get('throughput_railyard_every_node_vs_score_all')}, "
             f"gang time-to-bind p99 B/C = {doc['ratios']['time_to_bind_p99_railyard_vs_native']}.", "",
             *decomposition_markdown(doc), *preemption.markdown(doc),
             "## Targets (issues 5 and 12; measured, never tuned for)", "",
@@ -278,7 +282,7 @@ def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
                    f"{w['from']:g} -> {w['to']:g} ({w['added']:+g}) | {c('kube-scheduler')} | "
                    f"{c('kube-apiserver')} | {c('etcd')} | {c('kwok')} | {c('railyard')} | {c('all processes')} |")
     out.append("")
-    floors = [name for name in ("A", "A100", "B") if name in doc["arms"]
+    floors = [name for name in ("A", "A100", "B", "B100") if name in doc["arms"]
               and ((doc["arms"][name].get("throughput_pods_per_s") or {}).get("span_s") or 1.0) < 1.0]
     if floors:
         out += [f"{', '.join(floors)} bound every pod within one second: the average throughput counts "

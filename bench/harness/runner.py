@@ -119,18 +119,24 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
     try:
         nodes = topotext.load(topology_text).nodes if arm.kueue else []
         result = _drive(arm, jobs, workload, info, nodes, up_s, say)
-        result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml")
+        result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml",
+                                                          arm.single_scheduler_name)
         return result
     finally:
         cluster.down(info.workdir, log=log, quiet=True)
 
 
-def _percentage(config_file: Path) -> int | None:
-    """``percentageOfNodesToScore`` of the configuration kube-scheduler was started with."""
+def _percentage(config_file: Path, profile: str | None = None) -> int | None:
+    """``percentageOfNodesToScore`` of the configuration kube-scheduler was started with, as
+    the single pods' profile (``profile``, else the default one) has it: its own, else the global."""
     try:
-        value = (yaml.safe_load(config_file.read_text()) or {}).get("percentageOfNodesToScore")
+        config = yaml.safe_load(config_file.read_text()) or {}
     except (OSError, yaml.YAMLError):
         return None
+    value = config.get("percentageOfNodesToScore")
+    for p in config.get("profiles") or []:
+        if p.get("schedulerName") == (profile or "default-scheduler") and p.get("percentageOfNodesToScore") is not None:
+            value = p["percentageOfNodesToScore"]
     return None if value is None else int(value)
 
 

@@ -17,9 +17,11 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     """``value`` for a message: strings quoted and cut to ``limit`` characters (with the full
     length said), integers past ``limit`` digits by their size, other objects by their type."""
     if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return f"{value[:limit]!r}... ({len(value)} characters)"
+        quoted = repr(value)
+        if len(quoted) <= limit + 2:
+            return quoted
+        # Cut the quoted form, not the raw string: escapes (\U0001f600) would make it long again.
+        return f"{quoted[:limit + 1]}'... ({len(value)} characters)"
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return repr(value)
     if isinstance(value, int):

@@ -13,12 +13,16 @@ from extender.core.model import BindingMark, LevelChoice, NodeFacts, PodFacts
 
 
 class Binder(Protocol):
-    """Writes to the API server. Calls block and raise on failure; the service retries."""
+    """Writes to the API server. Calls block; the service retries."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
-    def mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> None:
-        """Record on the pod (if it still has this uid) the Binding round it is about to be bound in."""
+    def bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> Sequence[Exception | None]:
+        """Create every (namespace, name, uid, node) Binding at once; per Binding None or the
+        error (its message carries the API server's words)."""
+    def mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> Sequence[Exception | None]:
+        """Record on every (namespace, name, uid) pod, if it still has that uid, the Binding round
+        it is about to be bound in; per pod None or the error."""
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Raises on failure."""
     def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
         """Evict honouring PodDisruptionBudgets: None when evicted (or gone), else why it was
         refused (a budget allows no disruption now); raises on other failures."""

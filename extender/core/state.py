@@ -13,7 +13,7 @@ Not thread-safe: the service serialises access.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import AbstractSet, Iterable, Mapping
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
 from extender.core.topology import Topology
@@ -70,6 +70,11 @@ class View:
     """Changes whenever any node's labels, taints or the node set change (eligibility caches)."""
     masks: dict
     """Eligibility masks by (labels_generation, selector...): memo of ``eligibility.label_mask``."""
+    blocked_nodes: AbstractSet[int]
+    """Indexes of the nodes whose ``blocked`` is set: a single pod's filter looks only at these
+    and the reserved nodes, not at every name (issue 13)."""
+    reserved_nodes: Mapping[str, int]
+    """GPUs reserved for gangs, per node name, only nodes with a reservation."""
 
 
 class ClusterState:
@@ -88,6 +93,7 @@ class ClusterState:
         # Per-generation counter arrays, valid when self._topology is not None.
         self._free: list[int] = []
         self._blocked: list[str | None] = []
+        self._blocked_set: set[int] = set()
         self._taints: dict[int, tuple[Taint, ...]] = {}
         self._reserved_arr: list[int] = []
         self._by_free: dict[int, set[int]] = {}
@@ -250,7 +256,8 @@ class ClusterState:
     def view(self) -> View:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
-                    self._alloc_arr, self._taken_arr, self._labels_generation, self._masks)
+                    self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
+                    self._blocked_set, self._reserved)
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
@@ -268,6 +275,7 @@ class ClusterState:
         size = len(topo.names)
         self._free = [0] * size
         self._blocked = [None] * size
+        self._blocked_set = set()
         self._reserved_arr = [0] * size
         self._taints = {}
         self._by_free = {}
@@ -286,6 +294,10 @@ class ClusterState:
             self._taints.pop(i, None)
         self._index_out(i)
         self._blocked[i] = blocked
+        if blocked is None:
+            self._blocked_set.discard(i)
+        else:
+            self._blocked_set.add(i)
         self._free[i] = node.gpus - self._used.get(node.name, 0) - self._reserved.get(node.name, 0)
         self._alloc_arr[i] = dict(node.allocatable)
         self._index_in(i)

@@ -26,7 +26,8 @@ SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
 #: kwok's pool of fake pod IPs (first address, prefix length).
 POD_CIDR = "10.244.0.1/16"
-#: Scheduler names served by the one local kube-scheduler (extenders apply to every profile).
+#: Scheduler names served by the one local kube-scheduler without the extender; with it, the
+#: reference configuration's profiles too (extenders apply to every profile).
 SCHEDULER_NAMES = ("default-scheduler", "railyard")
 #: The shipped manifests: the local cluster runs kube-scheduler with their reference
 #: configuration and the extender under their ServiceAccount and RBAC (issue 6), so the e2e
@@ -128,20 +129,23 @@ def scheduler_config(kubeconfig: Path, extender_url: str | None) -> dict[str, An
     - ``clientConnection``: this cluster's admin kubeconfig, and qps/burst high enough for
       benchmarks that bind thousands of pods;
     - leader election off: one scheduler, no Lease to wait for at start;
-    - a profile for each of ``SCHEDULER_NAMES``: no other scheduler runs here, so the default
-      name is served too (extenders apply to every profile of a process anyway);
+    - the profiles: ``default-scheduler`` as the reference's first profile (no other scheduler
+      runs here, and extenders apply to every profile of a process anyway), then the
+      reference's own (``railyard``, ``railyard-sampled``);
     - the extender's ``urlPrefix`` points at the local extender's port; with ``extender_url``
-      None (``--no-extender``) the extenders are dropped.
+      None (``--no-extender``) the extenders are dropped and the profiles are kube-scheduler's
+      stock ones for ``SCHEDULER_NAMES``.
     """
     config = reference_scheduler_config()
     config["clientConnection"] = {"kubeconfig": str(kubeconfig), "qps": SCHEDULER_QPS, "burst": SCHEDULER_BURST}
     config["leaderElection"] = {"leaderElect": False}
-    profiles = {p["schedulerName"]: p for p in config.get("profiles") or [{"schedulerName": "railyard"}]}
-    template = next(iter(profiles.values()))
-    config["profiles"] = [profiles.get(name, {**copy.deepcopy(template), "schedulerName": name})
-                          for name in SCHEDULER_NAMES]
+    shipped = [p for p in config.get("profiles") or [{"schedulerName": "railyard"}] if p["schedulerName"] != "default-scheduler"]
+    config["profiles"] = [{**copy.deepcopy(shipped[0]), "schedulerName": "default-scheduler"}, *shipped]
     if extender_url is None:
+        # kube-scheduler alone runs its stock plugins: the reference profile's best-fit
+        # scoring on GPUs stands in for railyard's scores, so it goes with the extender.
         config.pop("extenders", None)
+        config["profiles"] = [{"schedulerName": name} for name in SCHEDULER_NAMES]
         return config
     base = extender_url.removesuffix("/scheduler")
     config["extenders"] = [

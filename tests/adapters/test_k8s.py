@@ -254,7 +254,7 @@ def test_a_members_mark_carries_its_round_and_its_address_in_one_merge_patch(api
     address = Address("ml/llama-3", "gpu-002", 3, 1, (Place("network.topology.nvidia.com/leaf", "leaf", "s1/l2"),
                                                        Place("network.topology.nvidia.com/accelerator", "nvlink",
                                                              "s1/l2/n3")))
-    b.mark("ml", "llama-3", "uid-3", BindingMark("r1", "gpu-002", 8, address))
+    assert b.mark_all([("ml", "llama-3", "uid-3", BindingMark("r1", "gpu-002", 8, address))]) == [None]
     b.close()
     ((_, body),) = apiserver.seen("PATCH", path)
     assert body == {"metadata": {"uid": "uid-3", "annotations": {

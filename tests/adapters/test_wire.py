@@ -46,14 +46,23 @@ class Recorder:
 
 def test_filter_golden():
     verdict = FilterVerdict(
-        node_names=("gpu-002",),
-        failed={"gpu-001": "gang ml/llama: pod llama-0 is planned on gpu-002"},
+        node_names=(),
+        failed={"gpu-001": "gang ml/llama: pod llama-0 is planned on gpu-002", "gpu-002": "node(s) cordoned"},
         failed_unresolvable={"gpu-003": "gang ml/llama needs 4 pods x 8 GPUs within one rack; best rack r1 fits 3"})
     h = Recorder(verdict=verdict)
     reply = VERBS["filter"](h, TRANSLATE, golden("filter_args.json"))
     assert h.calls == [("filter", "llama-0", ["gpu-001", "gpu-002", "gpu-003"])]
     assert reply == golden("filter_result.json")
     assert list(reply) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+def test_filter_reasons_go_out_only_when_no_node_passes():
+    # kube-scheduler reads them only when the attempt fails (schedule_one.go, v1.37.2).
+    verdict = FilterVerdict(node_names=("gpu-002",), failed={"gpu-001": "planned on gpu-002"},
+                            failed_unresolvable={"gpu-003": "no"})
+    reply = VERBS["filter"](Recorder(verdict=verdict), TRANSLATE, golden("filter_args.json"))
+    assert reply == {"Nodes": None, "NodeNames": ["gpu-002"], "FailedNodes": {},
+                     "FailedAndUnresolvableNodes": {}, "Error": ""}
 
 
 def test_filter_with_nothing_passing_still_returns_a_list():
@@ -163,7 +172,7 @@ def test_filter_result_round_trips_through_json(passing, failing):
     verdict = FilterVerdict(node_names=tuple(passing), failed={n: f"reason {n}" for n in failing})
     reply = json.loads(json.dumps(wire.encode_filter_result(verdict)))
     assert reply["NodeNames"] == passing
-    assert reply["FailedNodes"] == {n: f"reason {n}" for n in failing}
+    assert reply["FailedNodes"] == ({} if passing else {n: f"reason {n}" for n in failing})
     args = wire.decode_extender_args({"Pod": {"metadata": {"name": "p"}}, "Nodes": None, "NodeNames": passing})
     assert args["NodeNames"] == passing
 

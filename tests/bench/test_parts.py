@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,27 @@ def test_a_percentage_override_on_an_extender_arm_keeps_the_extender_bound_to_th
     bound = localconfig.render_scheduler_config(template, tmp_path / "kubeconfig", "http://127.0.0.1:1234")
     assert [e["urlPrefix"] for e in bound["extenders"]] == ["http://127.0.0.1:1234/scheduler"]
     assert bound["clientConnection"]["kubeconfig"] == str(tmp_path / "kubeconfig")
+
+
+def test_b_sends_single_pods_to_the_sampled_profile_and_b100_does_not():
+    from bench.harness.workload import Job
+
+    single, gang = Job("s0", "single", 1, 1, 0.0, None), Job("g0", "gang", 2, 8, 0.0, None)
+    assert arms.pod(single, 0, arms.ARMS["B"])["spec"]["schedulerName"] == "railyard-sampled"
+    assert "schedulerName" not in arms.pod(gang, 0, arms.ARMS["B"])["spec"]  # every node, as planned
+    for name in ("A", "A100", "B100", "C"):
+        assert "schedulerName" not in arms.pod(single, 0, arms.ARMS[name])["spec"]
+    # The profile exists in the configuration B runs, with kube-scheduler's adaptive sample.
+    generated = localconfig.scheduler_config(Path("kubeconfig"), "http://127.0.0.1:1/scheduler")
+    (sampled,) = [p for p in generated["profiles"] if p["schedulerName"] == "railyard-sampled"]
+    assert sampled["percentageOfNodesToScore"] == 0
+
+
+def test_the_percentage_reported_is_the_single_pods_profiles(tmp_path):
+    config = tmp_path / "scheduler-config.yaml"
+    config.write_text(localconfig.dump_yaml(localconfig.scheduler_config(Path("k"), "http://127.0.0.1:1/scheduler")))
+    assert runner._percentage(config, "railyard-sampled") == 0
+    assert runner._percentage(config, None) == 100
 
 
 def test_a100_is_in_the_burst_scenarios():
@@ -192,12 +214,15 @@ ARMS = {
     "A100": _arm(16.0, {"kube-scheduler": 14.0, "kube-apiserver": 8.0, "etcd": 2.0, "kwok": 1.0}),
     "B": _arm(10.0, {"kube-scheduler": 18.0, "kube-apiserver": 12.0, "etcd": 3.0, "kwok": 1.0, "railyard": 30.0},
               handlers={"filter": 4.0, "prioritize": 6.0, "bind": 90.0}),
+    "B100": _arm(8.0, {"kube-scheduler": 20.0, "kube-apiserver": 12.0, "etcd": 3.0, "kwok": 1.0, "railyard": 32.0},
+                 handlers={"filter": 5.0, "prioritize": 0.0, "bind": 90.0}),
 }
 
 
 def test_decomposition_steps_from_a_through_a100_to_b():
     rows = {r["step"]: r for r in report.decomposition(ARMS)}
-    assert list(rows) == ["A -> A100", "A100 -> B", "A -> B"]
+    assert list(rows) == ["A -> A100", "A100 -> B100", "A -> B", "A100 -> B"]
+    assert rows["A100 -> B100"]["throughput_ratio"] == 0.5 and rows["A100 -> B100"]["railyard_handlers_ms_per_pod"] == 5.0
     score = rows["A -> A100"]
     assert score["throughput_ratio"] == 0.8
     assert score["wall_ms_per_pod"] == {"from": 50.0, "to": 62.5, "added": 12.5}
@@ -228,6 +253,7 @@ def test_ratios_name_each_step():
     assert got["throughput_railyard_vs_default"] == 0.5
     assert got["throughput_score_all_vs_default"] == 0.8
     assert got["throughput_railyard_vs_score_all"] == 0.625
+    assert got["throughput_railyard_every_node_vs_score_all"] == 0.5
     assert report.ratios({"A": ARMS["A"], "B": ARMS["B"]})["throughput_railyard_vs_score_all"] is None
 
 
@@ -260,10 +286,11 @@ def test_table_has_the_new_rows_with_arms_as_columns():
     arms_ = {name: {**arm, "percentage_of_nodes_to_score": None if name == "A" else 100,
                     "nodes_to_find": 420 if name == "A" else 1000} for name, arm in ARMS.items()}
     lines = report.table({"arms": arms_}).splitlines()
-    assert lines[0] == "| | A | A100 | B |"
-    assert "| percentageOfNodesToScore (feasible nodes to find) | default (420) | 100 (1000) | 100 (1000) |" in lines
-    assert "| railyard CPU ms/pod | - | - | 30 |" in lines
-    assert "| kube-scheduler CPU ms/pod | 10 | 14 | 18 |" in lines
+    assert lines[0] == "| | A | A100 | B | B100 |"
+    assert ("| percentageOfNodesToScore (feasible nodes to find) | default (420) | 100 (1000) | 100 (1000) "
+            "| 100 (1000) |") in lines
+    assert "| railyard CPU ms/pod | - | - | 30 | 32 |" in lines
+    assert "| kube-scheduler CPU ms/pod | 10 | 14 | 18 | 20 |" in lines
 
 
 # ------------------------------------------------------------------ provenance

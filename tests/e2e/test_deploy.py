@@ -240,7 +240,7 @@ def test_the_https_variant_is_accepted_and_used_by_kube_scheduler(local_cluster,
         ns = namespace(cluster.core)
         pods = gang_pods("t", 2, 8)
         for p in pods:
-            p["spec"]["schedulerName"] = "railyard"  # the only profile of the shipped config
+            p["spec"]["schedulerName"] = "railyard"  # the shipped config's profile for gangs
         names = create_pods(cluster.core, ns, pods)
         wait_for_phase(cluster.core, ns, names, "Running", timeout=120)
         delete_pods(cluster.core, ns)

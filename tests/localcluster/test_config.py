@@ -15,7 +15,8 @@ PORTS = config.Ports(etcd_client=2379, etcd_peer=2380, apiserver=6443, scheduler
 def test_scheduler_config_serves_both_names_and_scores_every_node():
     cfg = config.scheduler_config(Path("/w/kubeconfig"), None)
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    assert [p["schedulerName"] for p in cfg["profiles"]] == ["default-scheduler", "railyard"]
+    # kube-scheduler alone: its stock profiles.
+    assert cfg["profiles"] == [{"schedulerName": "default-scheduler"}, {"schedulerName": "railyard"}]
     assert cfg["percentageOfNodesToScore"] == 100
     assert cfg["clientConnection"] == {"kubeconfig": "/w/kubeconfig", "qps": 1000, "burst": 2000}
     assert cfg["leaderElection"] == {"leaderElect": False}
@@ -30,6 +31,10 @@ def test_scheduler_config_is_the_reference_one_from_manifests_bound_to_this_clus
     assert ext == {**shipped, "urlPrefix": "http://127.0.0.1:4321/scheduler"}
     assert ext["httpTimeout"] == "150s" and ext["bindVerb"] == "bind" and ext["nodeCacheCapable"] is True
     assert cfg["percentageOfNodesToScore"] == reference["percentageOfNodesToScore"]
+    # default-scheduler is the reference's first profile (railyard: every node), then the reference's own.
+    assert cfg["profiles"] == [{**reference["profiles"][0], "schedulerName": "default-scheduler"},
+                               *reference["profiles"]]
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["default-scheduler", "railyard", "railyard-sampled"]
     # Round-trips through YAML as the scheduler will read it (strict decoding: exact keys).
     assert yaml.safe_load(config.dump_yaml(cfg)) == cfg
 

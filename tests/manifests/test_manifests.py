@@ -37,15 +37,21 @@ def test_every_namespaced_object_names_its_namespace(base):
 def test_the_reference_scheduler_config(base):
     cfg = scheduler_config(base)
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
-    assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard"]
-    assert cfg["percentageOfNodesToScore"] == 100
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard", "railyard-sampled"]
+    assert cfg["percentageOfNodesToScore"] == 100  # gang members: their planned node must reach railyard
+    sampled = cfg["profiles"][1]
+    assert sampled["percentageOfNodesToScore"] == 0  # single pods: kube-scheduler's adaptive sample
+    assert sampled["pluginConfig"] == cfg["profiles"][0]["pluginConfig"]
     assert cfg["leaderElection"]["leaderElect"] is True
     assert "kubeconfig" not in cfg["clientConnection"]  # in-cluster credentials
+    # Best fit is kube-scheduler's own scoring in railyard's profile, not a prioritize verb.
+    assert cfg["profiles"][0]["pluginConfig"] == [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 1}]}}}]
     (ext,) = cfg["extenders"]
     assert ext == {
         "urlPrefix": "http://127.0.0.1:8888/scheduler",
-        "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind",
-        "weight": 1, "nodeCacheCapable": True, "enableHTTPS": False,
+        "filterVerb": "filter", "preemptVerb": "preempt", "bindVerb": "bind",
+        "nodeCacheCapable": True, "enableHTTPS": False,
         "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
         "ignorable": False, "httpTimeout": "150s",
     }
@@ -179,7 +185,11 @@ def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_ma
                                                "ServiceAccount"]
     snippet = yaml.safe_load((MANIFESTS / "overlays" / "main-scheduler" / "scheduler-extender.yaml").read_text())
     reference = yaml.safe_load((MANIFESTS / "base" / "scheduler-config.yaml").read_text())
-    assert snippet["extenders"] == reference["extenders"]
+    # The same extender, plus the prioritize verb: the main scheduler's profiles keep their own
+    # scoring, so railyard scores the GPU pods (the base uses its profile's MostAllocated).
+    (ext,) = snippet["extenders"]
+    assert {k: v for k, v in ext.items() if k not in ("prioritizeVerb", "weight")} == reference["extenders"][0]
+    assert ext["prioritizeVerb"] == "prioritize" and ext["weight"] == 1
     assert snippet["percentageOfNodesToScore"] == 100
 
 
@@ -198,10 +208,9 @@ def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, ba
 def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(base):
     kueue = render(MANIFESTS / "overlays" / "kueue")
     cfg = scheduler_config(kueue)
-    (profile,) = cfg["profiles"]
-    assert profile == {"schedulerName": "railyard",
-                       "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}
     reference = scheduler_config(base)
+    off = {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}
+    assert cfg["profiles"] == [{**p, "plugins": off} for p in reference["profiles"]]
     cfg.pop("profiles"), reference.pop("profiles")
     assert cfg == reference
     # Kueue's side (Configuration, queues) is for Kueue's install, not applied with railyard's.

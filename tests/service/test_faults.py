@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-from extender.core.model import BindingMark
 from extender.core.recovery import Complete, Rounds, Undo, decide
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import (
-    NODES, Clock, Extender, MemoryBinder, bind_async, create, extender, steer, wait_until,
+    NODES, Clock, Extender, MemoryBinder, bind_async, extender, steer, wait_until,
 )
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -48,9 +47,9 @@ def test_every_member_is_marked_before_the_first_binding():
     pods = gang("g", 2, 8)
     plan = steer(ext, pods)
     order = []
-    original_bind, original_mark = binder.bind, binder.mark
-    binder.bind = lambda *a: (order.append(("bind", a[1])), original_bind(*a))[1]
-    binder.mark = lambda *a: (order.append(("mark", a[1])), original_mark(*a))[1]
+    original_bind, original_mark = binder.bind_all, binder.mark_all
+    binder.bind_all = lambda batch: (order.extend(("bind", b[1]) for b in batch), original_bind(batch))[1]
+    binder.mark_all = lambda batch: (order.extend(("mark", m[1]) for m in batch), original_mark(batch))[1]
     errors = {}
     for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
         t.join(5)

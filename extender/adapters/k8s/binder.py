@@ -1,26 +1,30 @@
 """The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
-delete, evictions for preemption (the Eviction API), Events, and clearing the allocation a failed binding
-cycle left on a ResourceClaim.
+delete, evictions for preemption (the Eviction API), Events, and clearing the allocation a
+failed binding cycle left on a ResourceClaim.
 
-``bind``, ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError`` subclasses;
-the service decides what to retry. ``event`` never blocks: it drops repeats of the same
+``bind_all`` creates a batch of Bindings at once over the async client (``api.AsyncApi``: one
+connection pool, one thread) and returns each one's error or None; ``bind`` is one of them,
+raising. ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError``
+subclasses (``evict`` returns a PodDisruptionBudget's refusal instead); the service decides
+what to retry. ``event`` never blocks: it drops repeats of the same
 (pod, reason) within ``event_interval`` seconds and hands the rest to one background thread
 through a bounded queue; when the queue is full the event is dropped and counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import socket
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from cachetools import TTLCache
 
-from extender.adapters.k8s.api import Api
+from extender.adapters.k8s.api import Api, AsyncApi
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
 from extender.adapters.kubeobjects import binding_annotations
 from extender.core.model import BindingMark, PodFacts
@@ -72,10 +76,12 @@ class KubeBinder:
     """Binder implemented with the API server; ``close()`` stops the event thread."""
 
     def __init__(self, api: Api, observer: BinderObserver, *, event_interval: float = 30.0,
-                 event_queue: int = 1000, timeout: float = 15.0,
+                 event_queue: int = 1000, timeout: float = 15.0, pool: int = 64,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self.api = api
+        self.writes = AsyncApi(api.client.configuration, pool=pool)
+        """Bindings: ``pool`` keep-alive connections, as many Bindings in flight at once."""
         self.observer = observer
         self.timeout = timeout
         self._wall = wall
@@ -89,36 +95,58 @@ class KubeBinder:
         self._claims_thread = threading.Thread(target=self._deallocate_claims, name="k8s-claims", daemon=True)
         self._claims_thread.start()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind the pod; a pod already bound to this node (a retry after a lost reply) is success."""
-        try:
-            self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
-                          body=binding(namespace, name, uid, node), timeout=self.timeout)
-        except Conflict as exc:
-            if self._bound_to(namespace, name, uid) == node:
-                return
-            raise Conflict(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
-        except KubernetesError as exc:  # the service counts and retries each attempt
-            raise type(exc)(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status) from None
+    def bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> list[KubernetesError | None]:
+        """Create every (namespace, name, uid, node) Binding concurrently: per Binding None
+        (bound, or already bound to that node) or its error."""
+        return self.writes.run(self._bind_all(bindings))
 
-    def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """One Binding (``bind_all``), raising its error."""
+        error = self.bind_all([(namespace, name, uid, node)])[0]
+        if error is not None:
+            raise error
+
+    async def _bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._bind(*b) for b in bindings)))
+
+    async def _bind(self, namespace: str, name: str, uid: str, node: str) -> KubernetesError | None:
+        """A pod already bound to this node (a retry after a lost reply) is success."""
         try:
-            pod = self.api.json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=self.timeout)
+            await self.writes.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                                   body=binding(namespace, name, uid, node), timeout=self.timeout)
+            return None
+        except Conflict as exc:
+            if await self._bound_to(namespace, name, uid) == node:
+                return None
+            return Conflict(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status)
+        except KubernetesError as exc:  # the service counts and retries each attempt
+            return type(exc)(f"binding pod {namespace}/{name} to {node} failed: {exc}", exc.status)
+
+    async def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
+        try:
+            pod = await self.writes.json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=self.timeout)
         except KubernetesError:
             return None
         if (pod.get("metadata") or {}).get("uid") != uid:
             return None
         return (pod.get("spec") or {}).get("nodeName") or None
 
-    def mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> None:
-        """Write the Binding round on the pod (a JSON merge patch carrying the uid, so a pod
-        recreated under the same name is refused, not marked)."""
+    def mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> list[KubernetesError | None]:
+        """Write each member's Binding round on its pod, concurrently: a JSON merge patch that
+        carries the uid, so a pod recreated under the same name is refused, not marked."""
+        return self.writes.run(self._mark_all(marks))
+
+    async def _mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._mark(*m) for m in marks)))
+
+    async def _mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> KubernetesError | None:
         patch = {"metadata": {"uid": uid, "annotations": binding_annotations(mark)}}
         try:
-            self.api.json("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch,
-                          timeout=self.timeout, content_type="application/merge-patch+json")
+            await self.writes.json("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch,
+                                   timeout=self.timeout, content_type="application/merge-patch+json")
+            return None
         except KubernetesError as exc:
-            raise type(exc)(f"marking pod {namespace}/{name} with its Binding round failed: {exc}", exc.status) from None
+            return type(exc)(f"marking pod {namespace}/{name} with its Binding round failed: {exc}", exc.status)
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod if it still has this UID; a pod already gone is not an error."""
@@ -195,6 +223,7 @@ class KubeBinder:
                 pass  # changed or gone since: the scheduler moved on, nothing to undo
             except KubernetesError as exc:
                 log.warning("ResourceClaim %s/%s not deallocated: %s", namespace, name, exc)
+        self.writes.close()
 
     def _send_events(self) -> None:
         while True:
