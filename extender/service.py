@@ -4,7 +4,8 @@ Its one job is the part that cannot be pure: one lock around the core's state, t
 the verbs, and the subscriptions of WatchGangs; bind calls held until their gang's permit
 decision, the Binding fan-out and its compensation are in ``gate.py`` under the same lock.
 What to do is decided in ``core`` (``book`` for gangs, ``single`` for lone pods,
-``preemption`` for victims); read-only answers are in ``whatif``.
+``preemption`` and ``eviction`` for victims); read-only answers are in ``whatif``; a gang's
+preemption (evictions, waiting for the victims) is orchestrated in ``preempting.py``.
 
 Facts arrive translated (``core.model``): the adapters call the cache-sink methods from the
 watch threads and the verbs from the HTTP and gRPC servers.
@@ -23,7 +24,7 @@ from extender.core.devices import ClaimFacts, ClaimTemplateFacts, DeviceClassFac
 from extender.core.errors import NotReady, Settling
 from extender.core.ledger import Changes, DeviceLedger
 from extender.core.lifecycle import HOLDING, Event, Phase
-from extender.core.model import GangRef, GroupFacts, NodeFacts, PodFacts
+from extender.core.model import GangRef, GangSpec, GroupFacts, NodeFacts, PodFacts
 from extender.core.planner import home_domains
 from extender.core.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
@@ -33,6 +34,7 @@ from extender.core.state import ClusterState
 from extender.core.verdicts import FilterVerdict
 from extender.core.recovery import Rounds
 from extender.gate import PermitGate
+from extender.preempting import Preempter
 from extender.recovering import Recoverer
 from extender.settings import Settings
 from extender.whatif import GangAnswer, Live, debug_gangs, explain, plan_gangs
@@ -133,6 +135,9 @@ class TopologyExtender(_DeviceSink):
                                self._tick, clock, sleep, self._tell)
         self.recoverer = Recoverer(self._cond, self.state, self.book, self.rounds, self.pods, binder,
                                    self.observer, settings.gangs, clock, self._tell)
+        self.preempter = Preempter(self._cond, self.state, self.book, self.pods, binder, settings, clock,
+                                   self._spec, lambda spec, now: settle.unsettled(
+                                       spec, self.arrivals.last(spec.key), now, settings.gangs.settle_seconds))
         self._schemes: frozenset[str] = frozenset()
         self._levels_stale = False
         self._synced: frozenset[str] = frozenset()
@@ -175,6 +180,7 @@ class TopologyExtender(_DeviceSink):
         with self._cond:
             ledger.pod_deleted(self.devices, self.pods, self.state, pod)
             self.rounds.gone(pod)
+            self.preempter.gone(pod.uid or pod.key)
             self.arrivals.noted(pod, self.pods, self.clock())
             if pod.gang.named and self.book.member_deleted(pod.gang.key, pod.key):
                 self._tell()
@@ -200,6 +206,7 @@ class TopologyExtender(_DeviceSink):
                 for pod in pods:
                     self.rounds.changed(pod, self.clock())
                 self.state.drop_bound_slots_except({p.key for p in pods})
+                self.preempter.relisted({p.uid or p.key for p in pods})
                 self.arrivals.prune(self.pods.has_pending)
             elif kind in DRA_KINDS:
                 self._dra_changed(self.devices.relisted(DRA_KINDS[kind], objects))
@@ -249,6 +256,9 @@ class TopologyExtender(_DeviceSink):
             rec = self.book.record(pod.gang.key, now)
             round_ = rec.round
             self.book.prepare(rec, pod.key)
+            waiting = self.preempter.hold(rec, pod, node_names)
+            if waiting is not None:
+                return waiting
             for _ in range(2):  # a plan whose node the scheduler refuses is made again at once
                 if rec.phase == Phase.PENDING:
                     self._reserve(rec, pod, node_names, now)
@@ -265,7 +275,8 @@ class TopologyExtender(_DeviceSink):
                 self._cond.notify_all()
             return verdict
 
-    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+    def _spec(self, rec: GangRecord, pod: PodFacts) -> tuple[GangSpec, list[PodFacts], list[PodFacts]]:
+        """The gang's request this round: (spec, its pending members, its running members)."""
         members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
         if not any(p.key == pod.key for p in members):
             members.append(pod)
@@ -274,6 +285,10 @@ class TopologyExtender(_DeviceSink):
         spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id),
                               self.settings.gangs.default_timeout_seconds, running=len(running),
                               max_timeout=self.settings.gangs.max_timeout_seconds)
+        return spec, members, running
+
+    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+        spec, _, running = self._spec(rec, pod)
         wait = settle.unsettled(spec, self.arrivals.last(rec.key), now, self.settings.gangs.settle_seconds)
         if wait is not None:
             self.book.unsettled(rec, wait)
@@ -328,20 +343,23 @@ class TopologyExtender(_DeviceSink):
         return now
 
     def _tell(self) -> None:
-        """The book's notices as Events on the pods they concern (never blocks; rate-limited)."""
-        for notice in self.book.take_notices():
-            for key in notice.members:
-                pod = self.pods.pending_pod(key) or self.pods.seen_pod(key) or self.pods.bound_named(key)
-                if pod is not None and not self.pods.unshown_pod(key):  # only pods the watch shows
-                    self.binder.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
+        tell(self.book, self.pods, self.binder)
 
     # -- preempt -------------------------------------------------------------------------------
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
+        """A pod of no gang: kube-scheduler's victims, vetoed where they would break a running
+        gang. A gang member: railyard chooses and evicts (``preempting``); the scheduler is told
+        to evict nothing (an empty reply), so its per-pod choices never scatter evictions."""
         pod = self._sized(pod)
         with self._cond:
-            return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
-                               self.pods.bound_gang_of, self.pods.bound_uids)
+            if not pod.gang.named:
+                return vet_victims(self.state, pod.gpus, self.state.slot_of(pod.key), victims,
+                                   self.pods.bound_gang_of, self.pods.bound_uids)
+            now = self._tick()
+            jobs = self.preempter.member(self.book.record(pod.gang.key, now), pod, now) if self.ready() else []
+        self.preempter.start(jobs)
+        return {}
 
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) ----------------------
 
@@ -387,3 +405,12 @@ class TopologyExtender(_DeviceSink):
 def _gang_event(rec: GangRecord, previous: Phase | None, event: Event | None) -> dict:
     return {"gang": rec.key, "phase": rec.phase.value, "previous": previous.value if previous else "",
             "event": event.value if event else "", "reason": rec.reason}
+
+
+def tell(book: GangBook, pods: PodIndex, binder: Binder) -> None:
+    """The book's notices as Events on the pods they concern (never blocks; rate-limited)."""
+    for notice in book.take_notices():
+        for key in notice.members:
+            pod = pods.pending_pod(key) or pods.seen_pod(key) or pods.bound_named(key)
+            if pod is not None and not pods.unshown_pod(key):  # only pods the watch shows
+                binder.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")

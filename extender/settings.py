@@ -6,6 +6,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
 
     placement: {levels: [network.topology.nvidia.com/spine, ...], gpu_resource: nvidia.com/gpu, volcano_tiers: []}
     gangs: {default_timeout_seconds: 60, bind_attempts: 3, settle_seconds: 5}
+    preemption: {gangs: true, victim_wait_seconds: 60, blocked_seconds: 30}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
     dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
@@ -92,6 +93,21 @@ class GangSettings:
 
 
 @dataclass(frozen=True)
+class PreemptionSettings:
+    gangs: bool = True
+    """railyard chooses the victims when a gang member's preemption is asked (kube-scheduler's
+    preempt verb): one domain, whole gangs only, evicted through the Eviction API; the scheduler
+    is told to evict nothing itself. False: gang members get no preemption at all (when Kueue or
+    another admission layer owns preemption). Pods of no gang keep kube-scheduler's own
+    preemption either way, vetoed when it would break a running gang."""
+    victim_wait_seconds: float = 60.0
+    """How long the cleared domain stays reserved for the preemptor while its victims terminate,
+    on top of the gang's own timeout at bind."""
+    blocked_seconds: float = 30.0
+    """A pod whose eviction was refused (its PodDisruptionBudget) is not chosen again for this long."""
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     listen: str = "127.0.0.1:8888"
     """host:port of the extender's HTTP endpoint. Loopback by default: a sidecar."""
@@ -129,6 +145,7 @@ class GrpcSettings:
 class Settings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     gangs: GangSettings = field(default_factory=GangSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     dra: DraSettings = field(default_factory=DraSettings)
@@ -180,6 +197,10 @@ class Settings:
             problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:
             problems.append("gangs.bind_attempts must be at least 1")
+        if self.preemption.victim_wait_seconds <= 0:
+            problems.append("preemption.victim_wait_seconds must be positive")
+        if self.preemption.blocked_seconds < 0:
+            problems.append("preemption.blocked_seconds must be 0 or more")
         if len(set(self.placement.levels)) != len(self.placement.levels):
             problems.append("placement.levels lists a key twice")
         if not all(self.placement.volcano_tiers) or len(set(self.placement.volcano_tiers)) != len(self.placement.volcano_tiers):
@@ -223,7 +244,12 @@ def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[
                     problems.append(f"{where} must be a list of strings")
                 else:
                     changes[key] = tuple(value)
-            elif isinstance(current, bool) or not isinstance(value, (type(current), int)) or isinstance(value, bool):
+            elif isinstance(current, bool):
+                if isinstance(value, bool):
+                    changes[key] = value
+                else:
+                    problems.append(f"{where} must be true or false, got {value!r}")
+            elif not isinstance(value, (type(current), int)) or isinstance(value, bool):
                 problems.append(f"{where} must be a {type(current).__name__}, got {value!r}")
             else:
                 changes[key] = type(current)(value)

@@ -22,6 +22,7 @@ FLOORS = (
     ("extender.localcluster", 1),  # a wing: nobody below commands imports it (test below)
     ("extender.whatif", 2),
     ("extender.gate", 3),
+    ("extender.preempting", 3),
     ("extender.service", 3),
     ("extender.adapters", 4),
     ("extender.app", 5),
@@ -128,7 +129,7 @@ def test_core_is_pure():
 
 def test_service_layer_imports_no_adapter_command_localcluster_or_app():
     banned = ("extender.adapters", "extender.commands", "extender.localcluster", "extender.app", "extender.cli")
-    for name in ("extender.service", "extender.gate", "extender.whatif"):
+    for name in ("extender.service", "extender.gate", "extender.preempting", "extender.whatif"):
         for target in graph()[name]:
             assert not target.startswith(banned), f"{name} imports {target}"
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod
+from bench.harness import arms as arms_mod, cpu as cpu_mod, preemption
 from bench.harness.runner import ArmResult, PodRecord
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
@@ -93,7 +93,6 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     """(results.json entry for the arm, series for the plots)."""
     recs = result.pods
     paths, caps = node_paths(nodes), node_capacity(nodes)
-    total_gpus = sum(caps.values())
     by_job: dict[str, list[PodRecord]] = defaultdict(list)
     for rec in recs.values():
         by_job[rec.job].append(rec)
@@ -182,6 +181,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["cluster_up_s"] = _r(result.cluster_up_s)
     out["observed_s"] = _r(result.end)
     out["stop_reason"] = result.stop_reason
+    out["preemption"] = preemption.analyse(result, jobs, workload, paths, caps, LEVELS)
     series.update(binds=binds, pod_ttb=pod_ttb, gang_ttb=ttb, landed=levels_landed)
     if result.extender_metrics:
         series["verb_cdf"] = {verb: _hist_cdf(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb)

@@ -144,6 +144,8 @@ def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:
         "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 0,
     }
+    if job.priority_class:
+        spec["priorityClassName"] = job.priority_class
     if job.kind == "single" and arm.single_scheduler_name:
         spec["schedulerName"] = arm.single_scheduler_name
     if job.kind == "gang":
@@ -183,6 +185,9 @@ def group_objects(job: Job, arm: Arm) -> list[tuple[str, dict[str, Any]]]:
                 "metadata": {"name": job.name, "namespace": NAMESPACE},
                 "spec": {"podGroupTemplates": [template]}}
     group_spec = {k: v for k, v in template.items() if k != "name"}
+    if job.priority_class:
+        # Members must have the PodGroup's priority (the pod-group cycle checks it, v1.37.2).
+        group_spec["priorityClassName"] = job.priority_class
     podgroup = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
                 "metadata": {"name": job.name, "namespace": NAMESPACE},
                 "spec": {"workloadRef": {"workloadName": job.name, "templateName": "workers"}, **group_spec}}

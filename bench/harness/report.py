@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.harness import preemption
+
 ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
               "D": "tab:green"}
 #: Processes whose CPU per pod the decomposition compares (keys of ``cpu_ms_per_pod``).
@@ -109,9 +111,12 @@ def write(out_dir: Path, meta: dict[str, Any], arms: dict[str, dict[str, Any]],
           series: dict[str, dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
     ratio = ratios(arms)
     doc = {**meta, "arms": {**arms, **{a: {"skipped": why} for a, why in skipped.items()}},
-           "ratios": ratio, "decomposition": decomposition(arms), "targets": targets(arms, ratio)}
+           "ratios": ratio, "decomposition": decomposition(arms),
+           "targets": targets(arms, ratio) + preemption.targets(arms)}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
     plots = _plots(out_dir, series)
+    made = preemption.plot(out_dir, arms, _pyplot(), ARM_COLORS)
+    plots += [made] if made else []
     (out_dir / "report.md").write_text(_markdown(doc, plots))
     return doc
 
@@ -239,8 +244,8 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
             f"B/A100 = {doc['ratios'].get('throughput_railyard_vs_score_all')}, "
             f"B100/A100 = {doc['ratios'].get('throughput_railyard_every_node_vs_score_all')}, "
             f"gang time-to-bind p99 B/C = {doc['ratios']['time_to_bind_p99_railyard_vs_native']}.", "",
-            *decomposition_markdown(doc),
-            "## Targets (issue 5; measured, never tuned for)", "",
+            *decomposition_markdown(doc), *preemption.markdown(doc),
+            "## Targets (issues 5 and 12; measured, never tuned for)", "",
             "| target | goal | measured | met | shortfall |", "|---|---|---|---|---|"]
     for t in doc["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured here"}[t["met"]]
@@ -308,11 +313,17 @@ def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
-def _plots(out_dir: Path, series: dict[str, dict[str, Any]]) -> list[str]:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plots(out_dir: Path, series: dict[str, dict[str, Any]]) -> list[str]:
+    plt = _pyplot()
 
     made = []
 

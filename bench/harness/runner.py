@@ -38,6 +38,9 @@ class PodRecord:
     bound: float | None = None
     node: str | None = None
     finished: float | None = None
+    deleted: float | None = None
+    """When the watch first saw the pod being deleted (``deletionTimestamp``) before it finished:
+    a preemption victim (nothing else deletes pods during an arm)."""
 
 
 @dataclass
@@ -84,6 +87,9 @@ class PodWatcher(kube_mod.Watch):
             node = (obj.get("spec") or {}).get("nodeName")
             phase = (obj.get("status") or {}).get("phase")
             with self.lock:
+                if (obj.get("metadata") or {}).get("deletionTimestamp") and rec.finished is None \
+                        and rec.deleted is None:
+                    rec.deleted = now
                 if node and rec.bound is None:
                     rec.bound, rec.node = now, node
                     self.bound_count += 1
@@ -139,6 +145,10 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     kube = kube_mod.Kube(info.api_url, pki_mod.Pki.at(info.workdir / "pki"))
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": arms_mod.NAMESPACE}})
+    for name, value in (workload.get("priority_classes") or {}).items():
+        kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": int(value)})
     records: dict[str, PodRecord] = {}
     bodies: dict[str, list[dict[str, Any]]] = {}
     for job in jobs:
@@ -229,8 +239,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
             last_report = now
             loads.append(os.getloadavg()[0])
         time.sleep(0.25)
-    # Let finishing pods be seen a moment longer than the last bind.
-    time.sleep(1.0)
+    # Let finishing pods (and late evictions, ``linger_s``) be seen a moment longer than the last bind.
+    time.sleep(float(workload.get("linger_s", 1.0)))
     end = time.monotonic() - t0[0]
     with watcher.lock:
         mark("end", watcher.bound_count)

@@ -32,6 +32,8 @@ class Job:
     required: str | None = None
     """Level word (``nvl``, ``leaf``, ``block``) every member must share, or None."""
     preferred: str | None = None
+    priority_class: str | None = None
+    """A PriorityClass of the scenario's ``priority_classes`` the pods name, or None."""
 
 
 def largest_domain_pods(nodes: list[dict[str, Any]], level: str, gpus: int) -> int:
@@ -56,7 +58,8 @@ def generate(workload: dict[str, Any], nodes: list[dict[str, Any]], seed: int) -
         gpus = int(fixed["gpus"])
         pods = int(fixed.get("pods") or math.ceil(float(fixed["cluster_fraction"]) * total_gpus / gpus))
         jobs.append(Job(fixed.get("name", f"fixed-{i}"), "gang", pods, gpus, float(fixed.get("at_s", 0)),
-                        _opt(fixed.get("runtime_s")), fixed.get("required"), fixed.get("preferred")))
+                        _opt(fixed.get("runtime_s")), fixed.get("required"), fixed.get("preferred"),
+                        fixed.get("priority_class")))
     for s, stream in enumerate(workload.get("gangs") or []):
         jobs.extend(_gang_stream(stream, s, nodes, rng))
     singles = workload.get("singles")
@@ -65,7 +68,8 @@ def generate(workload: dict[str, Any], nodes: list[dict[str, Any]], seed: int) -
         start, window = float(singles.get("start_s", 0)), float(singles.get("window_s", 0))
         for i in range(int(singles["count"])):
             at = start + (rng.random() * window if window else 0.0)
-            jobs.append(Job(f"s{i}", "single", 1, _pick(rng, sizes), at, _runtime(rng, singles.get("runtime_s"))))
+            jobs.append(Job(f"s{i}", "single", 1, _pick(rng, sizes), at, _runtime(rng, singles.get("runtime_s")),
+                            priority_class=singles.get("priority_class")))
     jobs.sort(key=lambda j: (j.at, j.kind != "gang"))
     return jobs
 
@@ -89,7 +93,8 @@ def _gang_stream(stream: dict[str, Any], index: int, nodes: list[dict[str, Any]]
         at = start + (rng.random() * window if window else 0.0)
         jobs.append(Job(f"{prefix}{i}", "gang", size, gpus, at, _runtime(rng, stream.get("runtime_s")),
                         required=level if request == "required" else None,
-                        preferred=level if request == "preferred" else None))
+                        preferred=level if request == "preferred" else None,
+                        priority_class=stream.get("priority_class")))
     return jobs
 
 

@@ -17,7 +17,8 @@ Modules, inner first:
                    bindings done / expire, over the state.
 - ``pods``         the index of pending, bound and filtered pods.
 - ``single``       filter and scores for pods of no gang.
-- ``preemption``   which of the scheduler's preemption candidates stand.
+- ``preemption``   which of the scheduler's preemption candidates stand (pods of no gang).
+- ``eviction``     which domain a gang that cannot be placed clears, and whom it evicts.
 - ``verdicts``     results and every sentence an operator reads, built from numbers.
 - ``ports``        the Protocols the service needs (Binder, Observer, LabelScheme).
 - ``errors``       railyard's exception hierarchy.

@@ -32,7 +32,7 @@ from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts,
 from extender.core.planner import Constraints, NoPlacement, Placement, named_slots, plan
 from extender.core.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
-from extender.core.state import ClusterState, Reservation, claim_slot
+from extender.core.state import ClusterState, Reservation, View, claim_slot
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
@@ -185,14 +185,15 @@ class GangBook:
         self._step(rec, Event.UNSETTLED)
 
     def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
-                homes: Sequence[Domain] = ()) -> None:
+                homes: Sequence[Domain] = (), view: View | None = None) -> None:
         """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
 
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
-        gang, the domains it may use, nearest first (the first that holds it wins)."""
+        gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
+        plan on this instead of the state's (a preemptor, on the state without its victims)."""
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
-        view = self.state.view()
+        view = view or self.state.view()
         refused = {*refused, *rec.refused}
         result = starvation.inside(spec, view, drain, refused)  # a drained gang lands where it drained
         for home in [] if result else homes or [None]:
@@ -372,21 +373,13 @@ class GangBook:
     def node_changed(self, node: NodeFacts) -> bool:
         """A node of a waiting plan that no longer takes its members (cordoned, NotReady, or a
         taint a member does not tolerate) ends the plan at once: unreserve, plan again."""
-        why = "cordoned" if node.unschedulable else "not ready" if not node.ready else None
         changed = False
         for rec in list(self._gangs.values()):
             if rec.phase not in (Phase.PLANNED, Phase.WAITING) or rec.placement is None:
                 continue
             if not any(s.node == node.name for s in rec.placement.slots):
                 continue
-            reason = why
-            if reason is None and node.taints and rec.spec is not None:
-                members = [e for gpus, e in rec.spec.slots() if gpus > 0]
-                untolerated = [t for t in node.taints if t.effect in BLOCKING_EFFECTS
-                               and not all(tolerates_all(e.tolerations, (t,)) for e in members)]
-                if untolerated:
-                    t = untolerated[0]
-                    reason = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+            reason = _unusable(node, rec.spec)
             if reason is not None:
                 self.unreserve(rec, Event.NODE_LOST, verdicts.node_unusable(node.name, reason, rec.key))
                 changed = True
@@ -447,3 +440,16 @@ def another_placement(topo: Topology, names: Sequence[str], planned: str) -> boo
         if len(values) == 1 and None not in values and topo.node_paths[at][lvl] not in values:
             return True
     return False
+
+
+def _unusable(node: NodeFacts, spec: GangSpec | None) -> str | None:
+    """Why the node no longer takes the gang's GPU members, or None."""
+    if node.unschedulable:
+        return "cordoned"
+    if not node.ready:
+        return "not ready"
+    members = [e for gpus, e in spec.slots() if gpus > 0] if spec is not None else []
+    for t in node.taints:
+        if t.effect in BLOCKING_EFFECTS and not all(tolerates_all(e.tolerations, (t,)) for e in members):
+            return f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+    return None

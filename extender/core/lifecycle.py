@@ -27,12 +27,14 @@ planned   --deadline-->       timed out     unreserved
 planned   --member_lost-->    pending       unreserved, planned again
 planned   --node_lost-->      pending       unreserved, planned again
 planned   --retry-->          pending       the gang grew or its node was refused: unreserved
+planned   --preempted-->      pending       a gang of higher priority took its slots: unreserved
 waiting   --member_waiting--> waiting
 waiting   --allowed-->        binding       every member waits at permit: Bindings go out
 waiting   --deadline-->       timed out     unreserved; waiting members are rejected
 waiting   --member_lost-->    pending       unreserved; waiting members are rejected
 waiting   --node_lost-->      pending       unreserved; waiting members are rejected
 waiting   --retry-->          pending
+waiting   --preempted-->      pending       unreserved; waiting members are rejected
 binding   --bound-->          bound
 binding   --bind_failed-->    pending       bound members evicted so the gang restarts whole
 bound     --retry-->          pending       new unbound members (replacements) start a new round
@@ -73,6 +75,7 @@ class Event(str, Enum):
     MEMBER_LOST = "member_lost"
     NODE_LOST = "node_lost"
     RETRY = "retry"
+    PREEMPTED = "preempted"
 
 
 def parse(text: str) -> dict[tuple[Phase, Event], Phase]:

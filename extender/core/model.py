@@ -196,6 +196,10 @@ class Declaration:
     """Lower wins when several sources declare the same role."""
 
 
+PREEMPT_LOWER, PREEMPT_NEVER = "PreemptLowerPriority", "Never"
+"""The values of ``spec.preemptionPolicy`` (k8s.io/api/core/v1 PreemptionPolicy)."""
+
+
 @dataclass(frozen=True)
 class BindingMark:
     """A member of a Binding round, as railyard records it on the pod before any Binding of the
@@ -279,6 +283,11 @@ class PodFacts:
     """``<namespace>/<name>``"""
     claims: tuple[PodClaim, ...] = ()
     """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.ledger``."""
+    priority: int = 0
+    """``spec.priority``: the API server resolves ``priorityClassName`` into it at admission
+    (0 when the pod names no class and the cluster has no global default)."""
+    preemption_policy: str = PREEMPT_LOWER
+    """``spec.preemptionPolicy``: ``PreemptLowerPriority`` (the default) or ``Never``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

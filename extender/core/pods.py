@@ -3,6 +3,7 @@
 - pending: unbound, unfinished pods that ask for GPUs or name a gang, by key and by gang
   (planning a gang reads its members without scanning the cluster's pending pods);
 - bound: bound pods of named gangs, by uid and by gang (preempt, replacements);
+- running: every bound, unfinished pod by node and uid (who a preemption may evict);
 - seen: pods filter was called for (bind carries only names).
 
 GPU usage goes to ``ClusterState``; this index keeps who is who. Not thread-safe.
@@ -21,6 +22,7 @@ with ``now`` by the service on every call):
 from __future__ import annotations
 
 import sys
+from typing import Mapping
 
 from extender.core.model import PodFacts
 from extender.core.state import ClusterState
@@ -50,6 +52,8 @@ class PodIndex:
         self.ttl, self.max_unshown, self.max_unshown_bytes = SEEN_TTL_SECONDS, MAX_UNSHOWN, MAX_UNSHOWN_BYTES
         self.forgotten = 0
         """Unshown pods forgotten so far (expired, or the oldest past a bound)."""
+        self._running: dict[str, dict[str, PodFacts]] = {}
+        self._node_of: dict[str, str] = {}
 
     # -- watch events --------------------------------------------------------------------
 
@@ -66,6 +70,7 @@ class PodIndex:
             usage = pod.usage
             if usage is not None:
                 state.upsert_pod(usage, member_key=pod.key)
+                self._run(uid, pod)
             if pod.gang.named:
                 self._bound[uid] = pod
                 self._bound_by_gang.setdefault(pod.gang.key, set()).add(uid)
@@ -79,6 +84,7 @@ class PodIndex:
         self._shown(pod.key)
         state.delete_pod(uid)
         self._unbind(uid)
+        self._stop(uid)
         self._unpend(pod.key)
 
     def deleted(self, pod: PodFacts, state: ClusterState) -> None:
@@ -97,6 +103,8 @@ class PodIndex:
         self._bound_by_gang.clear()
         self._unshown.clear()  # their pending entries are gone; what filter saw expires
         self._unshown_bytes = 0
+        self._running.clear()
+        self._node_of.clear()
 
     # -- filter --------------------------------------------------------------------------
 
@@ -177,6 +185,14 @@ class PodIndex:
         pod = self._bound.get(uid)
         return pod.gang.key if pod else None
 
+    def on_node(self, node: str) -> Mapping[str, PodFacts]:
+        """uid -> every bound, unfinished pod on the node (read-only)."""
+        return self._running.get(node, {})
+
+    def running_pod(self, uid: str) -> PodFacts | None:
+        node = self._node_of.get(uid)
+        return self._running[node].get(uid) if node is not None else None
+
     def __len__(self) -> int:
         return len(self._pending)
 
@@ -210,6 +226,21 @@ class PodIndex:
             del members[key]
             if not members:
                 del self._pending_by_gang[pod.gang.key]
+
+    def _run(self, uid: str, pod: PodFacts) -> None:
+        old = self._node_of.get(uid)
+        if old is not None and old != pod.node:
+            self._stop(uid)
+        self._node_of[uid] = pod.node
+        self._running.setdefault(pod.node, {})[uid] = pod
+
+    def _stop(self, uid: str) -> None:
+        node = self._node_of.pop(uid, None)
+        if node is not None:
+            pods = self._running[node]
+            pods.pop(uid, None)
+            if not pods:
+                del self._running[node]
 
     def _unbind(self, uid: str) -> None:
         pod = self._bound.pop(uid, None)

@@ -23,6 +23,9 @@ class Binder(Protocol):
         it is about to be bound in; per pod None or the error."""
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Raises on failure."""
+    def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
+        """Evict honouring PodDisruptionBudgets: None when evicted (or gone), else why it was
+        refused (a budget allows no disruption now); raises on other failures."""
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         """Never blocks; rate-limited by the implementation."""
     def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:

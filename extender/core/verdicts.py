@@ -256,6 +256,93 @@ def never_filtered(member: str) -> str:
             f"spec.schedulerName and that the scheduler's extender config points at railyard)")
 
 
+# -- preemption (core.eviction, extender/preempting.py) -----------------------------------------
+
+
+def _pods(n: int) -> str:
+    return f"{n} pod{'s' if n != 1 else ''}"
+
+
+def preempting(gang: str, priority: int, word: str, path: str, pods: Mapping[int, int],
+               released: list[tuple[str, int]], outside: int, needed: int, free: int, leaving: int) -> str:
+    """``evicting 3 pods of priority 100 in nvlink s1/l2/n3 to place gang ml/llama (priority
+    1000): 24 GPUs needed, 8 free``; ``pods``: victim priority -> pods."""
+    parts = []
+    count = sum(pods.values())
+    if count:
+        by = sorted(pods.items())
+        if len(by) == 1:
+            parts.append(f"evicting {_pods(count)} of priority {by[0][0]}")
+        else:
+            parts.append(f"evicting {_pods(count)} (" + ", ".join(f"{n} of priority {p}" for p, n in by) + ")")
+    if released:
+        gangs = ", ".join(f"{g} (priority {p})" for g, p in released)
+        parts.append(f"releasing the reservation{'s' if len(released) > 1 else ''} of gang"
+                     f"{'s' if len(released) > 1 else ''} {gangs}")
+    if not parts:
+        parts.append("waiting for the pods already leaving")
+    text = (f"{' and '.join(parts)} in {word} {path} to place gang {gang} (priority {priority}): "
+            f"{needed} GPUs needed, {free} free")
+    if leaving:
+        text += f", {leaving} being freed by earlier evictions"
+    if outside:
+        text += (f"; {outside} of the evicted pods run outside {path}: members of running gangs, "
+                 f"evicted whole so no gang runs partly")
+    return text
+
+
+def preempted_pod(victim: str, victim_priority: int, gang: str, priority: int, word: str, path: str,
+                  whole_gang: str | None) -> str:
+    whole = f", a member of gang {whole_gang}, which is evicted whole" if whole_gang else ""
+    return (f"pod {victim} (priority {victim_priority}{whole}) evicted by railyard to place gang {gang} "
+            f"(priority {priority}) in {word} {path}")
+
+
+def reservation_preempted(victim: str, victim_priority: int, gang: str, priority: int, word: str, path: str) -> str:
+    return (f"reservation of gang {victim} (priority {victim_priority}) released to place gang {gang} "
+            f"(priority {priority}) in {word} {path}; planning again")
+
+
+def eviction_blocked(gang: str, blocked: Mapping[str, str], seconds: float) -> str:
+    first, message = next(iter(blocked.items()))
+    more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
+    return (f"gang {gang}: evicting {first}{more} was refused ({message}); choosing again without "
+            f"{'them' if more else 'it'} for {seconds:.0f}s")
+
+
+def victims_leaving(gang: str, node: str, member: str, pods: int) -> str:
+    if not pods:
+        return (f"gang {gang} reserved node {node} for {member}; the pods evicted there are gone, waiting "
+                f"for kube-scheduler to see it")
+    return (f"gang {gang} reserved node {node} for {member}; waiting for {_pods(pods)} evicted there "
+            f"to terminate")
+
+
+def cannot_preempt(gang: str, priority: int, word: str, path: str, fits: int, count: int,
+                   outranking: int, guarded: int, protected: int) -> str:
+    why = [f"{outranking} GPUs held by pods of priority {priority} or more"]
+    if guarded:
+        why.append(f"{guarded} by running gangs with a member of priority {priority} or more")
+    if protected:
+        why.append(f"{protected} by pods whose eviction was just refused")
+    return (f"gang {gang} (priority {priority}) cannot preempt: best {word} {path} fits {fits} of "
+            f"{_pods(count)} even with every pod it may evict gone ({', '.join(why)})")
+
+
+def cannot_preempt_invalid(gang: str, problems: list[str]) -> str:
+    return f"gang {gang} cannot preempt: " + "; ".join(problems)
+
+
+def never_preempts(gang: str, member: str) -> str:
+    return f"gang {gang} does not preempt: pod {member} has preemptionPolicy Never; it waits for free GPUs"
+
+
+def cannot_preempt_no_gpus(gang: str) -> str:
+    return f"gang {gang} asks for no GPUs: railyard preempts nothing for it"
+
+
+def cannot_preempt_empty(gang: str) -> str:
+    return f"gang {gang} cannot preempt: the cluster has no nodes"
 def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> str:
     return (f"gang {gang}: {at_bind}/{need} GPU members at bind, the first for {seconds:.0f}s; "
             f"the rest must arrive within {max(left, 0):.0f}s")

@@ -55,9 +55,11 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
             assert value is None or isinstance(value, (int, float)), (arm, keys, value)
         assert doc["arms"][arm]["pods"]["bound"] > 0, arm
         assert doc["arms"][arm]["gang_time_to_bind_s"]["p50"] is not None, arm
-    for verb in ("filter", "prioritize", "bind"):
+    for verb in ("filter", "bind"):
         assert _get(doc["arms"]["B"], ("extender_verb_ms", verb, "p50")) is not None
         _get(doc["arms"]["B"], ("extender_verb_ms", verb, "p99"))
+    # The reference config scores with MostAllocated, not railyard's prioritize: never called.
+    assert _get(doc["arms"]["B"], ("extender_verb_ms", "prioritize", "p50")) is None
     assert "throughput_railyard_vs_default" in doc["ratios"]
     assert doc["ratios"]["time_to_bind_p99_railyard_vs_native"] is not None
     # Arm D: Kueue admitted every gang (whole, through its TAS) and its numbers were read.

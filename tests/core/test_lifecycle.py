@@ -32,7 +32,7 @@ def test_every_phase_is_reachable_from_pending():
 
 def test_losing_a_member_or_node_never_leaves_a_holding_gang_holding():
     for phase in HOLDING - {Phase.BINDING}:
-        for event in (Event.MEMBER_LOST, Event.NODE_LOST, Event.DEADLINE):
+        for event in (Event.MEMBER_LOST, Event.NODE_LOST, Event.DEADLINE, Event.PREEMPTED):
             assert next_phase(phase, event) not in HOLDING
 
 

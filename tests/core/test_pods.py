@@ -8,7 +8,7 @@ whether the watch showed it.
 from __future__ import annotations
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from extender.core.model import GangRef, PodFacts
 from extender.core.pods import MAX_UNSHOWN, MAX_UNSHOWN_BYTES, SEEN_TTL_SECONDS, PodIndex, footprint
@@ -26,7 +26,7 @@ def test_the_bounds_are_what_the_reference_says():
 
 
 def test_a_pod_only_filter_saw_is_pending_until_its_time_is_up_then_forgotten():
-    pods, state = PodIndex(), ClusterState()
+    pods = PodIndex()
     pod = facts("a-0")
     pods.filtered(pod, now=100.0)
     assert pods.pending_pod("ml/a-0") is pod and pods.seen_pod("ml/a-0") is pod
@@ -62,7 +62,7 @@ def test_the_watch_showing_a_pod_later_makes_it_kept():
 
 
 def test_a_pod_railyard_bound_is_never_forgotten_as_unshown():
-    pods, state = PodIndex(), ClusterState()
+    pods = PodIndex()
     pods.filtered(facts("a-0"), now=100.0)
     pods.took_bound("ml/a-0")
     assert pods.expire(1000.0) == ([], [])
@@ -70,7 +70,7 @@ def test_a_pod_railyard_bound_is_never_forgotten_as_unshown():
 
 
 def test_past_the_count_the_oldest_unshown_pods_are_forgotten_first():
-    pods, state = PodIndex(), ClusterState()
+    pods = PodIndex()
     pods.max_unshown = 3
     made = [facts(f"a-{i}") for i in range(5)]
     for i, pod in enumerate(made):
@@ -84,7 +84,7 @@ def test_past_the_count_the_oldest_unshown_pods_are_forgotten_first():
 
 
 def test_past_the_bytes_the_oldest_go_first():
-    pods, state = PodIndex(), ClusterState()
+    pods = PodIndex()
     big = [PodFacts("ml", f"big-{i}" + "x" * 100_000, f"uid-{i}", GangRef("ml/g", True), gpus=8) for i in range(3)]
     pods.max_unshown_bytes = 2 * footprint(big[0]) + 100
     for i, pod in enumerate(big):
@@ -106,7 +106,7 @@ def test_a_relist_leaves_filter_only_pods_to_expire():
 
 
 def test_a_flood_of_pods_that_never_existed_stays_within_the_count():
-    pods, state = PodIndex(), ClusterState()
+    pods = PodIndex()
     for i in range(20_000):
         pods.filtered(facts(f"ghost-{i}", gang=f"ghost-{i % 100}"), now=100.0 + i * 1e-3)
         if i % 50 == 0:

@@ -315,7 +315,7 @@ def test_status_shows_kueue_from_the_state_file(tmp_path, capsys):
     from extender.localcluster import processes
 
     workdir = tmp_path / "w"
-    proc = processes.start(workdir, "kueue", ["sleep", "60"])
+    processes.start(workdir, "kueue", ["sleep", "60"])
     try:
         (workdir / "cluster.json").write_text(json.dumps({
             "phase": "running", "apiServer": "https://127.0.0.1:3", "nodes": 1, "extender": None,

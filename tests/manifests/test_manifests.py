@@ -83,6 +83,7 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
         ("", "pods/binding", "create"),
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
         ("", "pods", "patch"),  # the Binding round on each member before its Binding (recovery)
+        ("", "pods/eviction", "create"),  # a gang's preemption victims (Eviction API)
         ("", "events", "create"),
         *((("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
                                                 "resourceclaimtemplates") for v in ("get", "list", "watch"))),

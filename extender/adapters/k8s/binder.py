@@ -1,10 +1,12 @@
 """The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
-delete, Events, and clearing the allocation a failed binding cycle left on a ResourceClaim.
+delete, evictions for preemption (the Eviction API), Events, and clearing the allocation a
+failed binding cycle left on a ResourceClaim.
 
 ``bind_all`` creates a batch of Bindings at once over the async client (``api.AsyncApi``: one
 connection pool, one thread) and returns each one's error or None; ``bind`` is one of them,
-raising. ``delete_pod`` is synchronous and raises ``errors.KubernetesError`` subclasses; the
-service decides what to retry. ``event`` never blocks: it drops repeats of the same
+raising. ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError``
+subclasses (``evict`` returns a PodDisruptionBudget's refusal instead); the service decides
+what to retry. ``event`` never blocks: it drops repeats of the same
 (pod, reason) within ``event_interval`` seconds and hands the rest to one background thread
 through a bounded queue; when the queue is full the event is dropped and counted.
 """
@@ -155,6 +157,33 @@ class KubeBinder:
             return
         except KubernetesError as exc:
             raise type(exc)(f"deleting pod {namespace}/{name} (uid {uid}) failed: {exc}", exc.status) from None
+
+    def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
+        """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets are
+        honoured. None: evicted, or already gone (404, or another pod now has the name: 409 on
+        the uid precondition); else the API server's refusal: a budget that allows no
+        disruption now (429, 403) or a pod under more than one budget (500). ``dry_run``: only ask
+        (``dryRun: [All]``: the API server checks the budget and changes nothing). Other
+        failures raise ``KubernetesError``."""
+        options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": options}
+        try:
+            self.api.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body,
+                          timeout=self.timeout)
+        except (NotFound, Conflict):
+            return None
+        except KubernetesError as exc:
+            # pkg/registry/core/pod/storage/eviction.go (v1.37.2): 429 "Cannot evict pod as it
+            # would violate the pod's disruption budget.", 403 when its disruptionsAllowed is
+            # negative, 500 "This pod has more than one PodDisruptionBudget, ..."; a 429 from
+            # API priority and fairness is no refusal.
+            if exc.status in (403, 429, 500) and "disruption" in str(exc).lower():
+                return str(exc).split(": ", 1)[-1]
+            raise type(exc)(f"evicting pod {namespace}/{name} (uid {uid}) failed: {exc}", exc.status) from None
+        return None
 
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
         key = (pod.uid or pod.key, reason)

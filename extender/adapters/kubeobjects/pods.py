@@ -7,6 +7,7 @@ import json
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.dra import pod_claims
+from extender.adapters.echo import shown
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
 from extender.adapters.kubeobjects.notes import address_annotations
@@ -14,6 +15,8 @@ from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
 from extender.core.model import (
     MIN_MEMBER,
+    PREEMPT_LOWER,
+    PREEMPT_NEVER,
     PREFERRED,
     REQUIRED,
     SLICE_LEVEL,
@@ -113,6 +116,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     annotations = annotations_of(pod)
     gpus, requests, request_problems = pod_requests(pod, gpu_resource)
     where, where_problems = eligibility(pod, requests)
+    priority, policy, priority_problems = preemption_facts(spec)
     return PodFacts(
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
@@ -125,10 +129,30 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         declarations=tuple(Declaration(role, key, annotations[key], precedence)
                            for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
         eligibility=where,
-        problems=request_problems + where_problems,
+        problems=request_problems + where_problems + priority_problems,
         binding=binding_mark(annotations),
         claims=pod_claims(pod),
+        priority=priority,
+        preemption_policy=policy,
     )
+
+
+def preemption_facts(spec: Mapping[str, Any]) -> tuple[int, str, tuple[str, ...]]:
+    """(``spec.priority``, ``spec.preemptionPolicy``, problems). The API server fills both at
+    admission from the pod's PriorityClass (k8s.io/api/core/v1 PodSpec: priority is an int32,
+    preemptionPolicy ``PreemptLowerPriority`` by default); a file may hold anything."""
+    problems = []
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+        problems.append(f"spec.priority must be a 32-bit integer, got {shown(priority)}")
+        priority = 0
+    policy = spec.get("preemptionPolicy") or PREEMPT_LOWER
+    if policy not in (PREEMPT_LOWER, PREEMPT_NEVER):
+        problems.append(f"spec.preemptionPolicy must be {PREEMPT_LOWER} or {PREEMPT_NEVER}, got {shown(policy)}")
+        policy = PREEMPT_NEVER  # a pod whose policy cannot be read preempts nothing
+    return priority, policy, tuple(problems)
 
 
 def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
