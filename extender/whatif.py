@@ -63,7 +63,8 @@ def answer(state: ClusterState, result: Placement | NoPlacement, members: set[st
 def address_json(a: Address) -> dict[str, Any]:
     """rank -> pod -> node -> domains, as the plan, /debug/gangs and ExplainPod show it."""
     return {"rank": a.rank, "slice": a.slice, "pod": a.pod, "node": a.node,
-            "domains": [{"level": p.level, "name": p.name, "domain": p.domain} for p in a.domains]}
+            "domains": [{"level": p.level, "name": p.name, "domain": p.domain} for p in a.domains],
+            "rails": list(a.rails)}
 
 
 def slices_json(topo: Topology, placement: Placement | None) -> dict[str, Any] | None:
@@ -100,15 +101,16 @@ class WhatIf:
     @classmethod
     def load(cls, nodes: Sequence[NodeFacts], levels: LevelChoice, pods: Iterable[PodFacts] = (),
              groups: Iterable[GroupFacts] = (), dra: Iterable[DraFacts] = (),
-             gpu_resource: str = DEFAULT_GPU_RESOURCE) -> "WhatIf":
+             gpu_resource: str = DEFAULT_GPU_RESOURCE, rail_attribute: str = "") -> "WhatIf":
         """``dra``: DeviceClasses, ResourceSlices, ResourceClaims and templates; a node without
-        allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims."""
+        allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims;
+        ``rail_attribute`` names each device's rail (``core.rails``)."""
         state = ClusterState(levels.levels)
         problems = list(levels.problems)
         named = [n for n in nodes if n.name]
         if len(named) < len(nodes):
             problems.append(f"{len(nodes) - len(named)} node(s) without metadata.name were skipped")
-        devices = DeviceLedger(gpu_resource)
+        devices = DeviceLedger(gpu_resource, rail_attribute=rail_attribute)
         for facts in dra:
             devices.upserted(facts)
         state.set_nodes(devices.nodes_relisted(named))

@@ -58,7 +58,7 @@ def address(rank, slice_, pod, node, nvlink):
     return {"rank": rank, "slice": slice_, "pod": pod, "node": node, "domains": [
         {"level": "network.topology.nvidia.com/spine", "name": "spine", "domain": spine},
         {"level": "network.topology.nvidia.com/leaf", "name": "leaf", "domain": f"{spine}/{leaf}"},
-        {"level": "network.topology.nvidia.com/accelerator", "name": "nvlink", "domain": nvlink}]}
+        {"level": "network.topology.nvidia.com/accelerator", "name": "nvlink", "domain": nvlink}], "rails": []}
 
 
 def test_plan_prints_each_members_address_in_slices(files):
@@ -141,3 +141,32 @@ def test_plan_reads_resource_slices_claims_and_templates(tmp_path):
     assert v["feasible"] is False and v["reason"] == (
         "pod ml/v-0: ResourceClaimTemplate ml/missing (entry gpus) is not known to railyard; railyard cannot count "
         "the pod's GPUs and leaves it to kube-scheduler (no gang hold)")
+
+
+def test_plan_aligns_rails_from_device_attributes(tmp_path):
+    # One NVLink domain, every node with 4 of its 8 devices held. a1 holds gpu-2,3,6,7 (rails 0, 1,
+    # 4, 5 free); a2-a5 hold gpu-4..7 (rails 0-3 free). Counts alone would take a1 first.
+    device_class = yaml.safe_load((FIXTURES / "deviceclass-nvidia-gpu.yaml").read_text())
+    names = ["a1", "a2", "a3", "a4", "a5"]
+    held = {"a1": [2, 3, 6, 7], **{n: [4, 5, 6, 7] for n in names[1:]}}
+    claims = []
+    for n, gpus in held.items():
+        c = claim(f"held-{n}", n, 4)
+        c["status"]["allocation"]["devices"]["results"] = [
+            {"request": "gpus", "driver": "gpu.nvidia.com", "pool": n, "device": f"gpu-{i}"} for i in gpus]
+        claims.append({"kind": "ResourceClaim", **c})
+    nodes = tmp_path / "cluster.json"
+    nodes.write_text(json.dumps({"kind": "List", "items": [
+        *({"kind": "Node", **node(n)} for n in names), device_class,
+        *({"kind": "ResourceSlice", **gpu_slice(n)} for n in names), *claims]}))
+    pending = tmp_path / "pending.yaml"
+    pending.write_text(yaml.safe_dump_all(gang("g", 4, 4, annotations={"railyard.io/min-member": "4"})))
+    args = ("--nodes", str(nodes), "--gang", str(pending), "--levels", "nvidia.com/gpu.clique")
+    r = run(*args, "--rail-attribute", "rail")
+    assert r.returncode == 0, r.stderr
+    (g,) = json.loads(r.stdout)["gangs"]
+    assert sorted(g["placement"].values()) == ["a2", "a3", "a4", "a5"]
+    assert [m["rails"] for m in g["ranks"]] == [["0", "1", "2", "3"]] * 4
+    r = run(*args)  # without the attribute: counts only, a1 first, no rails
+    (g,) = json.loads(r.stdout)["gangs"]
+    assert "a1" in g["placement"].values() and all(m["rails"] == [] for m in g["ranks"])

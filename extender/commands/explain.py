@@ -106,15 +106,16 @@ def render(a: dict[str, Any]) -> str:
 
 
 def _ranks(a: dict[str, Any]) -> list[str]:
-    """rank -> pod -> node -> domains, one column per level (short names)."""
+    """rank -> pod -> node -> domains, one column per level (short names), and rails if any."""
     slices = a.get("slices") or {}
     head = f"ranks (slices of {slices['size']} within one {slices['level']}):" if slices else "ranks:"
     names = [d["name"] or d["level"] for d in a["ranks"][0].get("domains", [])]
-    rows = [("RANK", "SLICE", "POD", "NODE", *(n.upper() for n in names))]
+    rails = any(r.get("rails") for r in a["ranks"])  # a rail-aligned gang: one more column
+    rows = [("RANK", "SLICE", "POD", "NODE", *(n.upper() for n in names), *(("RAILS",) if rails else ()))]
     for r in a["ranks"]:
         where = {d["name"] or d["level"]: d["domain"] for d in r.get("domains", [])}
         rows.append((str(r.get("rank", "-")), str(r.get("slice", "-")), r["pod"], r["node"],
-                     *(where.get(n, "-") for n in names)))
+                     *(where.get(n, "-") for n in names), *((",".join(r.get("rails") or []) or "-",) if rails else ())))
     return [head, *_table(rows)]
 
 

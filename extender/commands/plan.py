@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "gangs are planned in order of first appearance")
     p.add_argument("--levels", help="topology label keys, broadest first (default: detected from node labels)")
     p.add_argument("--gpu-resource", default=GPU_RESOURCE, help=f"extended resource name (default {GPU_RESOURCE})")
+    p.add_argument("--rail-attribute", default="", metavar="ATTRIBUTE",
+                   help="DRA device attribute naming each GPU's rail (dra.rail_attribute); gangs of "
+                        "partial-node members are then planned rail-aligned (docs/dra.md)")
     p.add_argument("--verbose", action="store_true", help="also print topology problems on stderr")
     p.set_defaults(func=run)
 
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     groups = [translate.group(o) for o in everything if o["kind"] == "PodGroup"]
     dra = [translate.dra(o["kind"], o) for o in everything if o["kind"] in ko.DRA_KINDS]
     whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o["kind"] == "Pod"], groups,
-                         dra, args.gpu_resource)
+                         dra, args.gpu_resource, args.rail_attribute)
     answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
     out = {
         "gangs": [a.to_json() for a in answers],

@@ -1,4 +1,5 @@
-"""Where each member of a planned gang sits: its rank, its slice, and its domain at every level.
+"""Where each member of a planned gang sits: its rank, its slice, its domain at every level, and
+the rails planned for its GPUs when the gang is rail-aligned (``rails``).
 
 A pure function of the plan (the values, ``model.Address`` and ``model.Place``, are facts like
 any other). The rank is the member's place in the order the planner gave slots in (rank index
@@ -27,7 +28,7 @@ def addresses(topo: Topology, placement: Placement) -> list[Address]:
     out = []
     for rank, slot in enumerate(s for s in placement.slots if s.gpus > 0):
         out.append(Address(slot.member, slot.node, rank if ranked else None, rank // size if size else None,
-                           domains(topo, slot.node)))
+                           domains(topo, slot.node), slot.rails))
     return out
 
 

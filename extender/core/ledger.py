@@ -139,6 +139,8 @@ class DeviceLedger:
                 self.claims[facts.key] = facts
                 self._index_claim(facts)
                 changes.claims |= self._claims_sharing(facts)
+            for c in (old, None if deleted else facts) if self.rail_attribute else ():  # free rails change
+                changes.nodes |= {n for d in c.allocated if (n := self._device_node.get(d.id))} if c else set()
             changes.claims.add(facts.key)
             changes.pods |= self.users.by_ref.get("claim:" + facts.key, set())
         else:
@@ -230,7 +232,8 @@ class DeviceLedger:
             if len(values) == 1 and None not in values and label not in raw.labels:
                 derived[label] = str(values.pop())
         labels = {**raw.labels, **derived} if derived else raw.labels
-        return replace(raw, gpus=len(devices), labels=labels)
+        rails = tuple(sorted((rail, total - used) for rail, (total, used) in self.rails(raw.name).items()))
+        return replace(raw, gpus=len(devices), labels=labels, rails=rails)
 
     def rails(self, node: str) -> dict[str, tuple[int, int]]:
         """Per rail (``dra.rail_attribute``): (GPU devices, of them allocated) on the node."""

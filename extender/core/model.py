@@ -107,6 +107,9 @@ class NodeFacts:
     taints: tuple[Taint, ...] = ()
     allocatable: Resources = ()
     """Every other allocatable resource; one the node does not list is 0 (as kube-scheduler reads it)."""
+    rails: tuple[tuple[str, int], ...] = ()
+    """(rail, GPU devices on it not allocated to a claim), per rail the node's DRA GPU devices
+    name (``dra.rail_attribute``); empty when unknown (``core.rails``)."""
 
     def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
         """The node's value at each level, broadest first; None where the label is missing."""
@@ -241,6 +244,8 @@ class Address:
     """None when the gang is not sliced (and for replacements)."""
     domains: tuple[Place, ...]
     """Broadest first; a level whose label the node lacks is left out."""
+    rails: tuple[str, ...] = ()
+    """The rails planned for the member's GPUs (``core.rails``); empty when not rail-aligned."""
 
 
 @dataclass(frozen=True)

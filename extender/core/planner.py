@@ -19,6 +19,8 @@ The algorithm, in one place:
    A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
    of S consecutive ranks inside one domain of the slice level, slices in rank order, each the
    best fit among the slice-level domains that still hold it.
+   A gang of one class of partial-node members spanning nodes is then moved, inside the
+   narrowest domain it already occupies, onto nodes where one rail set is free (``rails``).
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
    ranks are topology neighbours (with slices: slice k's slots go to the k-th run of members).
 5. A 0-GPU member (a launcher) goes to the node of the lowest-ranked GPU member if it may run
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Collection, Sequence
 
+from extender.core import rails
 from extender.core.eligibility import UNBOUNDED, label_mask, preference, room, short_of
 from extender.core.model import Eligibility, GangSpec, Member
 from extender.core.packing import (
@@ -194,9 +197,11 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                 if isinstance(parts, list):
                     return _home(_assign(gang, view, parts, classes, preferred, usable, rule), limits)
             elif len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
-                taken = allocate(topo, Left(view, avail), dom, classes)
+                left = Left(view, avail)
+                taken = allocate(topo, left, dom, classes)
                 assert taken is not None, "domain was checked to hold the gang"
-                return _home(_assign(gang, view, [taken], classes, preferred, usable), limits)
+                taken, rail_set = _rail_aligned(view, left, classes, taken)
+                return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced)
 
 
@@ -329,10 +334,26 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
+def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken) -> tuple[Taken, tuple[str, ...] | None]:
+    """One class of partial-node members over several nodes: moved onto nodes of the same
+    narrowest domain where one rail set is free (``rails``); (taken, the rail set or None)."""
+    nodes = sorted(taken)
+    if len(classes) != 1 or not rails.wanted(view, classes[0].gpus, nodes):
+        return taken, None
+    topo, c = view.topology, classes[0]
+    lvl = topo.common_level(nodes)
+    span = topo.domain(lvl, topo.node_domain[lvl][nodes[0]]) if lvl >= 0 else topo.domain(-1, 0)
+    spare = [i for i in range(span.start, span.end) if i not in taken and left.cap(c, i) > 0]
+    moved, rail_set = rails.align(view, c.gpus, {i: taken[i][0] for i in nodes}, spare)
+    return {i: {0: n} for i, n in moved.items()}, rail_set
+
+
 def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodClass],
-            preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None) -> PlanResult:
+            preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None,
+            rail_set: tuple[str, ...] | None = None) -> PlanResult:
     """Give slots to members: per class, by rank, in depth-first (node index) order; with
-    slices, part k (slice k's nodes) to the k-th run of ``rule.size`` GPU members."""
+    slices, part k (slice k's nodes) to the k-th run of ``rule.size`` GPU members; with a rail
+    set, each GPU slot its rails (``rails.member_rails``)."""
     topo = view.topology
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
     members = rank_order(gang.members)
@@ -353,6 +374,8 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
                 missing += 1
                 slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
                                          classes[k].eligibility.requests)))
+    if rail_set is not None:
+        slots = _with_rails(view, slots, rail_set)
     anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
     for m in zero:
         node = _launcher_node(view, m, anchor, usable)
@@ -364,6 +387,17 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
     domain = topo.domain(level, topo.node_domain[level][nodes[0]]) if level >= 0 else topo.domain(-1, 0)
     met = preferred is None or level >= preferred
     return Placement(gang.key, tuple(s for _, s in slots), level, domain, met, slices=rule)
+
+
+def _with_rails(view: View, slots: list[tuple[int, Slot]], rail_set: tuple[str, ...]) -> list[tuple[int, Slot]]:
+    per_node: dict[int, list[int]] = {}
+    for j, (node, _) in enumerate(slots):
+        per_node.setdefault(node, []).append(j)
+    out = list(slots)
+    for node, js in per_node.items():
+        for j, r in zip(js, rails.member_rails(view, node, rail_set, slots[js[0]][1].gpus, len(js))):
+            out[j] = (node, replace(slots[j][1], rails=r))
+    return out
 
 
 def _launcher_node(view: View, m: Member, anchor: int, usable: Sequence[bool]) -> int | None:

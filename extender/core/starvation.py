@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection, Sequence
 from extender.core import verdicts
 from extender.core.model import GangSpec
 from extender.core.planner import Constraints, Placement, plan
-from extender.core.state import ClusterState, Reservation, Slot, View
+from extender.core.state import ClusterState, Reservation, View
 from extender.core.topology import Domain
 
 DRAIN = "#drain"
@@ -102,7 +102,7 @@ def drain(state: ClusterState, rec: Any, spec: GangSpec, bound: float, homes: Se
                 break
         else:
             return ""
-        slots = tuple(Slot(s.member + DRAIN, s.node, s.gpus, s.requests) for s in result.slots if s.gpus > 0)
+        slots = tuple(replace(s, member=s.member + DRAIN) for s in result.slots if s.gpus > 0)
     mine = {s.node for s in slots}
     for key in set(others) - older:
         if mine & {s.node for s in state.reservations()[key].slots}:

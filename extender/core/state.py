@@ -12,8 +12,8 @@ Not thread-safe: the service serialises access.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import AbstractSet, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import AbstractSet, Iterable, Mapping, Sequence
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
 from extender.core.topology import Topology
@@ -31,6 +31,8 @@ class Slot:
     gpus: int
     requests: Resources = ()
     """The member's other requests, reserved with its GPUs."""
+    rails: tuple[str, ...] = ()
+    """The rails planned for its GPUs, one device each (``core.rails``), reserved with them."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,11 @@ class View:
     and the reserved nodes, not at every name (issue 13)."""
     reserved_nodes: Mapping[str, int]
     """GPUs reserved for gangs, per node name, only nodes with a reservation."""
+    rails: Sequence[tuple[tuple[str, int], ...]] = ()
+    """Per node index, its ``NodeFacts.rails`` as they are now (the topology's nodes are as
+    they were when it was built)."""
+    reserved_rails: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per node name, devices reserved per rail (slots that name rails), only such nodes."""
 
 
 class ClusterState:
@@ -86,6 +93,7 @@ class ClusterState:
         self._reservations: dict[str, Reservation] = {}
         self._reserved_by_member: dict[str, tuple[str, Slot]] = {}
         self._reserved: dict[str, int] = {}
+        self._reserved_rails: dict[str, dict[str, int]] = {}
         self._topology: Topology | None = None
         self._taken: dict[str, dict[str, int]] = {}
         self._labels_generation = 0
@@ -99,6 +107,7 @@ class ClusterState:
         self._by_free: dict[int, set[int]] = {}
         self._alloc_arr: list[Mapping[str, int]] = []
         self._taken_arr: list[Mapping[str, int]] = []
+        self._rails_arr: list[tuple[tuple[str, int], ...]] = []
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -200,6 +209,7 @@ class ClusterState:
             self._reserved_by_member[slot.member] = (reservation.gang, slot)
             self._add_reserved(slot.node, slot.gpus)
             self._add_taken(slot.node, slot.requests, 1)
+            self._add_rails(slot, 1)
 
     def release(self, gang: str) -> Reservation | None:
         """Give back every GPU still held for the gang."""
@@ -211,6 +221,7 @@ class ClusterState:
                 del self._reserved_by_member[slot.member]
                 self._add_reserved(slot.node, -slot.gpus)
                 self._add_taken(slot.node, slot.requests, -1)
+                self._add_rails(slot, -1)
         return res
 
     def reservation(self, gang: str) -> Reservation | None:
@@ -231,10 +242,10 @@ class ClusterState:
 
     def rename_slot(self, gang: str, old: str, new: str) -> None:
         res = self._reservations[gang]
-        slots = tuple(Slot(new, s.node, s.gpus, s.requests) if s.member == old else s for s in res.slots)
+        slots = tuple(replace(s, member=new) if s.member == old else s for s in res.slots)
         self._reservations[gang] = Reservation(gang, slots, res.deadline, res.bound)
         _, slot = self._reserved_by_member.pop(old)
-        self._reserved_by_member[new] = (gang, Slot(new, slot.node, slot.gpus, slot.requests))
+        self._reserved_by_member[new] = (gang, replace(slot, member=new))
 
     def expired(self, now: float) -> list[str]:
         return [g for g, r in self._reservations.items() if r.deadline <= now and not r.bound]
@@ -243,6 +254,7 @@ class ClusterState:
         gang, slot = self._reserved_by_member.pop(member_key)
         self._add_reserved(slot.node, -slot.gpus)
         self._add_taken(slot.node, slot.requests, -1)
+        self._add_rails(slot, -1)
         res = self._reservations[gang]
         rest = tuple(s for s in res.slots if s.member != member_key)
         if rest:
@@ -263,7 +275,7 @@ class ClusterState:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
-                    self._blocked_set, self._reserved)
+                    self._blocked_set, self._reserved, self._rails_arr, self._reserved_rails)
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
@@ -286,12 +298,14 @@ class ClusterState:
         self._taints = {}
         self._by_free = {}
         self._alloc_arr = [{}] * size
+        self._rails_arr = [()] * size
         self._taken_arr = [self._taken.setdefault(name, {}) for name in topo.names]
         for i, node in enumerate(topo.nodes):
             self._reserved_arr[i] = self._reserved.get(node.name, 0)
             self._refresh_node(i, self._nodes[node.name])
 
     def _refresh_node(self, i: int, node: NodeFacts) -> None:
+        self._rails_arr[i] = node.rails
         blocked = CORDONED if node.unschedulable else NOT_READY if not node.ready else None
         taints = tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
         if taints:
@@ -320,6 +334,17 @@ class ClusterState:
         if not self._used[node]:
             del self._used[node]
         self._shift_free(node, -delta)
+
+    def _add_rails(self, slot: Slot, sign: int) -> None:
+        if not slot.rails:
+            return
+        rails = self._reserved_rails.setdefault(slot.node, {})
+        for rail in slot.rails:
+            rails[rail] = rails.get(rail, 0) + sign
+            if not rails[rail]:
+                del rails[rail]
+        if not rails:
+            del self._reserved_rails[slot.node]
 
     def _add_reserved(self, node: str, delta: int) -> None:
         self._reserved[node] = self._reserved.get(node, 0) + delta

@@ -211,10 +211,10 @@ def _start_all(
         # Not admin: the ServiceAccount and RBAC from manifests/, so e2e tests prove them enough.
         extender_kubeconfig = workdir / "extender.kubeconfig"
         user = identity.create_extender_identity(api, pki.ca_cert, api_url, extender_kubeconfig)
-        settings_file = None
-        if options.extender_settings:
-            settings_file = workdir / "railyard-settings.yaml"
-            settings_file.write_text(config.dump_yaml(config.extender_settings(options.extender_settings)))
+        chosen = {**dra.EXTENDER_SETTINGS, **options.extender_settings} if options.gpus_as_dra else options.extender_settings
+        settings_file = workdir / "railyard-settings.yaml" if chosen else None
+        if settings_file is not None:
+            settings_file.write_text(config.dump_yaml(config.extender_settings(chosen)))
         for replica in replicas:
             p = replica.ports
             _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}")

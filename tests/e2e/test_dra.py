@@ -232,3 +232,42 @@ def test_a_gang_released_at_bind_leaves_no_claim_allocated_to_its_unbound_member
     assert sum("gang " + ns + "/h timed out at bind" in m for m in messages) >= 1
     assert not [m for m in messages if "deallocation of ResourceClaim completed" in m
                 or "rejected by kube-scheduler's own filters" in m], messages
+
+
+def hold(cluster, ns: str, node: str, gpus: list[int]) -> None:
+    """An allocated claim holding the node's devices ``gpus`` (what a running job's claim is)."""
+    name = f"held-{node}"
+    cluster.resource.create_namespaced_resource_claim(ns, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": len(gpus)}}]}}})
+    cluster.resource.patch_namespaced_resource_claim_status(name, ns, {"status": {"allocation": {
+        "devices": {"results": [{"request": "gpus", "driver": DEVICE_CLASS, "pool": node, "device": f"gpu-{i}"}
+                                for i in gpus]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}})
+
+
+def test_a_gang_of_partial_node_members_lands_where_the_same_rails_are_free(cluster, ns):
+    # cluster up --gpus-as-dra publishes rail = index and sets dra.rail_attribute: rail. In
+    # NVLink domain a: a1 has rails 0, 1, 4, 5 free, a2 and a3 have rails 0-3 free, a4 none;
+    # domain b is full. Each of a1-a3 has 4 free GPUs: counts alone take a1 and a2 (node order).
+    held = {"a1": [2, 3, 6, 7], "a2": [4, 5, 6, 7], "a3": [4, 5, 6, 7], "a4": list(range(8)),
+            **{n: list(range(8)) for n in DOMAINS["uuid-b.1"]}}
+    for node, gpus in held.items():
+        hold(cluster, ns, node, gpus)
+    time.sleep(3)  # the extender's watch sees the claims
+    with BindingWatch(cluster.core, ns) as watch:
+        members = gang_pods("r", 2, 4, required="nvlink")
+        create_pods(cluster.core, ns, members)
+        bound = watch.wait_bound(names_of(members), BIND_TIMEOUT, "gang r")
+        assert sorted(bound.values()) == ["a2", "a3"]
+        watch.assert_whole()
+    # Each member's address names rails 0-3, and kube-scheduler's allocator gave it the devices
+    # of rails 0-3 (the only free ones there: the choice railyard cannot make, forced).
+    claims = allocations(cluster.resource, ns)
+    for member, node in bound.items():
+        pod = cluster.core.read_namespaced_pod(member, ns)
+        assert pod.metadata.annotations["railyard.io/rails"] == "0,1,2,3"
+        (devices,) = [d for c, d in claims.items() if c.startswith(f"{member}-extended-resources-")]
+        assert sorted(devices) == [(node, f"gpu-{i}") for i in range(4)]

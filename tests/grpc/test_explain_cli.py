@@ -81,3 +81,17 @@ def test_explain_a_sliced_gang_lists_ranks_with_slices_and_whole_slices_per_doma
             call.result(timeout=5)
     finally:
         s.close()
+
+
+def test_explain_shows_a_rails_column_only_for_a_rail_aligned_gang():
+    from extender.api.v1 import extender_pb2 as pb
+    from extender.commands.explain import _ranks
+    from google.protobuf.json_format import MessageToDict
+
+    def answer(rails):
+        reply = pb.ExplainPodResponse(ranks=[pb.MemberAddress(rank=0, pod="ml/r-0", node="a2", rails=rails)])
+        return MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+    assert [line.split() for line in _ranks(answer(["0", "1", "2", "3"]))[1:]] == [
+        ["RANK", "SLICE", "POD", "NODE", "RAILS"], ["0", "-", "ml/r-0", "a2", "0,1,2,3"]]
+    assert _ranks(answer([]))[1].split() == ["RANK", "SLICE", "POD", "NODE"]

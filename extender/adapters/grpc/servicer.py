@@ -69,7 +69,7 @@ def _path(values: Sequence[str | None] | None) -> list[str]:
 def _ranks(ranks: Sequence[dict]) -> list[pb.MemberAddress]:
     """``whatif.address_json`` rows as messages."""
     return [pb.MemberAddress(rank=r["rank"], slice=r["slice"], pod=r["pod"], node=r["node"],
-                             domains=[pb.LevelDomain(**d) for d in r["domains"]])
+                             domains=[pb.LevelDomain(**d) for d in r["domains"]], rails=r["rails"])
             for r in ranks]
 
 

@@ -4,6 +4,8 @@ Every key made here is a valid qualified name (``tests/adapters``), whatever a l
 
     railyard.io/rank                 the member's rank in the plan (0 ..), consecutive ranks neighbours
     railyard.io/slice                rank // slice size (sliced gangs only)
+    railyard.io/rails                the rails planned for its GPUs, e.g. 0,1,2,3 (rail-aligned gangs
+                                     only; a launcher pins NCCL to the matching NICs)
     railyard.io/domain.<level>       its domain at that level: the path from the broadest level,
                                      e.g. railyard.io/domain.leaf: s1/l2 (a label it lacks: absent)
 
@@ -20,6 +22,7 @@ from extender.core.model import Address
 PREFIX = "railyard.io/"
 RANK = PREFIX + "rank"
 SLICE = PREFIX + "slice"
+RAILS = PREFIX + "rails"
 DOMAIN = PREFIX + "domain."
 _NAME_PART = 63
 _INVALID = re.compile(r"[^A-Za-z0-9._-]+")
@@ -31,6 +34,8 @@ def address_annotations(address: Address) -> dict[str, str]:
         out[RANK] = str(address.rank)
     if address.slice is not None:
         out[SLICE] = str(address.slice)
+    if address.rails:
+        out[RAILS] = ",".join(address.rails)
     seen: set[str] = set()
     for i, place in enumerate(address.domains):
         key = domain_key(place.name)

@@ -156,18 +156,20 @@ class Slices(_message.Message):
     def __init__(self, size: _Optional[int] = ..., level: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class MemberAddress(_message.Message):
-    __slots__ = ("rank", "slice", "pod", "node", "domains")
+    __slots__ = ("rank", "slice", "pod", "node", "domains", "rails")
     RANK_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    RAILS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     slice: int
     pod: str
     node: str
     domains: _containers.RepeatedCompositeFieldContainer[LevelDomain]
-    def __init__(self, rank: _Optional[int] = ..., slice: _Optional[int] = ..., pod: _Optional[str] = ..., node: _Optional[str] = ..., domains: _Optional[_Iterable[_Union[LevelDomain, _Mapping]]] = ...) -> None: ...
+    rails: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rank: _Optional[int] = ..., slice: _Optional[int] = ..., pod: _Optional[str] = ..., node: _Optional[str] = ..., domains: _Optional[_Iterable[_Union[LevelDomain, _Mapping]]] = ..., rails: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LevelDomain(_message.Message):
     __slots__ = ("level", "name", "domain")
