@@ -36,6 +36,9 @@ from extender.core.state import View
 
 MAX_SETS = 256
 """Rail sets looked at per node; past it only runs of consecutive free rails are."""
+MAX_SPARE = 512
+"""Spare nodes looked at per gang (the first, in node order): planning stays bounded when a
+gang spans a wide domain."""
 
 
 def rail_order(rail: str) -> tuple[int, int, str]:
@@ -85,6 +88,7 @@ def align(view: View, size: int, chosen: dict[int, int], spare: Sequence[int]) -
     ``chosen``: node -> members planned there; ``spare``: the other nodes of the narrowest
     domain holding ``chosen`` with room for one more member, in the order to take them.
     """
+    spare = spare[:MAX_SPARE]
     rails = choose(view, size, [*chosen, *spare])
     if rails is None:
         return chosen, None
