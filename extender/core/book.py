@@ -248,6 +248,9 @@ class GangBook:
                 # unreserve the gang like deleting any other; the plan names it from now on.
                 rec.members = (*rec.members, pod.key)
                 rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
+                if rec.spec is not None and rec.spec.timeout_capped_from is not None:  # told like the rest
+                    self.notices.append(Notice((pod.key,), "GangTimeoutCapped", verdicts.timeout_capped(
+                        rec.key, rec.spec.timeout_capped_from, rec.spec.timeout_seconds)))
         if slot is None:
             reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
             return FilterVerdict((), {}, {n: reason for n in names})

@@ -209,6 +209,23 @@ def test_a_timeout_above_the_cap_is_capped_and_says_so():
     assert ext.explain("ml/g-0")["reason"].endswith(capped)
 
 
+def test_a_member_created_after_planning_is_told_of_the_cap_too():
+    binder, clock = MemoryBinder(), Clock()
+    ext = Extender(Settings(gangs=GangSettings(max_timeout_seconds=135.0, settle_seconds=0)), binder, clock=clock)
+    from extender import topotext
+    spec = topotext.load(TWO_RACKS)
+    ext.relisted("nodes", spec.nodes)
+    for kind in ext.kinds:
+        if kind != "nodes":
+            ext.relisted(kind, spec.filler_pods() if kind == "pods" else [])
+    pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300", "railyard.io/min-member": "2"})
+    ext.pod_upserted(pods[0])
+    ext.filter(pods[0], list(ext.state.topology.names))  # planned with one slot for the missing member
+    ext.pod_upserted(pods[1])
+    ext.filter(pods[1], list(ext.state.topology.names))
+    assert {p for p, reason in binder.told if reason == "GangTimeoutCapped"} == {"ml/g-0", "ml/g-1"}
+
+
 def test_waiting_and_timing_out_are_events_with_numbers():
     ext, binder, clock = extender()
     pods = gang("g", 3, 8, annotations={"railyard.io/min-member": "3", "railyard.io/timeout-seconds": "30"})

@@ -64,6 +64,8 @@ class MemoryBinder:
         self.bound: list[tuple[str, str]] = []
         self.deleted: list[str] = []
         self.events: list[tuple[str, str]] = []
+        self.told: list[tuple[str, str]] = []
+        """(pod, reason) of every Event."""
         self.marks: dict[str, object] = {}
         self.fail = set(fail)
         self.fail_mark = set(fail_mark)
@@ -96,6 +98,7 @@ class MemoryBinder:
 
     def event(self, pod, reason, message, type_="Warning"):
         self.events.append((reason, message))
+        self.told.append((pod.key, reason))
 
 
 class Clock:
