@@ -113,8 +113,11 @@ def main() -> None:
     node = ko.node_facts(topotext.parse("core c0\n  spine s0\n    leaf l0\n      nvl n0: c0s0l0n0h0[4]\n").nodes[0],
                          DEFAULT_GPU_RESOURCE)
 
+    changed = [node, replace(node, gpus=node.gpus * 2)]  # a real change each time, not a repeat
+
     def node_change():
-        state.upsert_node(node)
+        i[0] += 1
+        state.upsert_node(changed[i[0] % 2])
 
     rows = [
         ("view + plan, 512 pods x 8 GPUs", timed(big_plan, args.repeat), 20e-3),

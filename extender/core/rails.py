@@ -48,11 +48,11 @@ def rail_order(rail: str) -> tuple[int, int, str]:
 
 def free_rails(view: View, i: int) -> list[str]:
     """The node's rails with a device no claim and no reservation holds, in natural order."""
-    rails = view.rails[i] if i < len(view.rails) else ()
-    if not rails:
+    node = view.topology.nodes[i]
+    if not node.rails:
         return []
-    held = view.reserved_rails.get(view.topology.names[i], {})
-    return sorted((r for r, n in rails if n - held.get(r, 0) > 0), key=rail_order)
+    held = view.reserved_rails.get(node.name, {})
+    return sorted((r for r, n in node.rails if n - held.get(r, 0) > 0), key=rail_order)
 
 
 def wanted(view: View, gpus: int, nodes: Sequence[int]) -> bool:
@@ -60,7 +60,7 @@ def wanted(view: View, gpus: int, nodes: Sequence[int]) -> bool:
     take part of a node, and some node names its rails."""
     topo = view.topology
     return (len(nodes) > 1 and any(gpus < topo.nodes[i].gpus for i in nodes)
-            and any(i < len(view.rails) and view.rails[i] for i in nodes))
+            and any(topo.nodes[i].rails for i in nodes))
 
 
 def rail_sets(free: Sequence[str], size: int) -> list[tuple[str, ...]]:

@@ -13,7 +13,7 @@ Not thread-safe: the service serialises access.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import AbstractSet, Iterable, Mapping, Sequence
+from typing import AbstractSet, Iterable, Mapping
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
 from extender.core.topology import Topology
@@ -77,9 +77,6 @@ class View:
     and the reserved nodes, not at every name (issue 13)."""
     reserved_nodes: Mapping[str, int]
     """GPUs reserved for gangs, per node name, only nodes with a reservation."""
-    rails: Sequence[tuple[tuple[str, int], ...]] = ()
-    """Per node index, its ``NodeFacts.rails`` as they are now (the topology's nodes are as
-    they were when it was built)."""
     reserved_rails: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Per node name, devices reserved per rail (slots that name rails), only such nodes."""
 
@@ -107,7 +104,6 @@ class ClusterState:
         self._by_free: dict[int, set[int]] = {}
         self._alloc_arr: list[Mapping[str, int]] = []
         self._taken_arr: list[Mapping[str, int]] = []
-        self._rails_arr: list[tuple[tuple[str, int], ...]] = []
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -137,8 +133,8 @@ class ClusterState:
         if old is None or self._topology is None or old.path(self._levels) != node.path(self._levels):
             self._topology = None  # new generation
             return
-        i = self._topology.index[node.name]
-        self._refresh_node(i, node)
+        self._topology.renew(node)  # labels the levels do not read, GPUs, resources
+        self._refresh_node(self._topology.index[node.name], node)
 
     def delete_node(self, name: str) -> None:
         if self._nodes.pop(name, None) is not None:
@@ -275,7 +271,7 @@ class ClusterState:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
-                    self._blocked_set, self._reserved, self._rails_arr, self._reserved_rails)
+                    self._blocked_set, self._reserved, self._reserved_rails)
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)
@@ -298,14 +294,12 @@ class ClusterState:
         self._taints = {}
         self._by_free = {}
         self._alloc_arr = [{}] * size
-        self._rails_arr = [()] * size
         self._taken_arr = [self._taken.setdefault(name, {}) for name in topo.names]
         for i, node in enumerate(topo.nodes):
             self._reserved_arr[i] = self._reserved.get(node.name, 0)
             self._refresh_node(i, self._nodes[node.name])
 
     def _refresh_node(self, i: int, node: NodeFacts) -> None:
-        self._rails_arr[i] = node.rails
         blocked = CORDONED if node.unschedulable else NOT_READY if not node.ready else None
         taints = tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
         if taints:

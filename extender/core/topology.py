@@ -47,7 +47,8 @@ class Domain:
 
 
 class Topology:
-    """Read-only after construction; cheap to share between threads."""
+    """The tree is read-only after construction; cheap to share between threads. Only a node's
+    facts change in place (``renew``), never its place in the tree."""
 
     def __init__(self, levels: Sequence[Level], nodes: Sequence[NodeFacts]):
         self.levels: tuple[Level, ...] = tuple(levels)
@@ -65,7 +66,8 @@ class Topology:
             return (*key, (0, _natural(n.name), n.name))
 
         ordered = sorted(nodes, key=sort_key)
-        self.nodes: tuple[NodeFacts, ...] = tuple(ordered)
+        self.nodes: list[NodeFacts] = list(ordered)
+        """In node index order; an entry changes when the node's facts do (``renew``)."""
         self.names: tuple[str, ...] = tuple(n.name for n in ordered)
         self.node_paths: tuple[tuple[str | None, ...], ...] = tuple(path_of[n] for n in self.names)
         """Each node's value at each level, in node index order."""
@@ -123,6 +125,11 @@ class Topology:
         self.problems: tuple[str, ...] = tuple(self._find_problems())
 
     # -- lookups ---------------------------------------------------------------------------
+
+    def renew(self, node: NodeFacts) -> None:
+        """The node's facts as they are now (labels, GPUs, resources, rails), its path
+        unchanged. One entry is swapped (atomic): a reader sees the old facts or the new."""
+        self.nodes[self.index[node.name]] = node
 
     @property
     def depth(self) -> int:

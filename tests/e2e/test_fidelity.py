@@ -105,6 +105,22 @@ def test_cpu_taken_by_cpu_only_pods_moves_the_gang_out_of_its_tightest_domain(cl
     assert landed(core, ns, create_pods(core, ns, gang)) == set(H)
 
 
+def test_a_label_added_after_start_is_seen_by_node_selectors(cluster, ns, watch):
+    # Labels arrive late on real clusters (GPU Feature Discovery labels a node after it joins).
+    # "team" is no topology level, so the tree stays as it was: only the node's facts change.
+    core = cluster.core
+    for n in C:
+        core.patch_node(n, {"metadata": {"labels": {"team": "late"}}})
+    try:
+        wait_for(lambda: all((core.read_node(n).metadata.labels or {}).get("team") == "late" for n in C), 30,
+                 "the labels")
+        gang = with_spec(gang_pods("late-job", 4, required="nvlink"), nodeSelector={"team": "late"})
+        assert landed(core, ns, create_pods(core, ns, gang)) == set(C)
+    finally:
+        for n in C:
+            core.patch_node(n, {"metadata": {"labels": {"team": None}}})
+
+
 def test_required_node_affinity_is_honoured(cluster, ns, watch):
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]},

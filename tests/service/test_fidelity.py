@@ -118,3 +118,19 @@ def test_a_replacement_without_a_required_level_goes_nearest_first():
     create(ext, [again])
     # Best fit alone would pick any free node; nearest first keeps it in nvl-a (a2 or a3).
     assert ext.filter(again, NAMES).node_names[0] in {"a2", "a3"}
+
+
+def test_a_label_added_after_the_topology_was_built_is_seen_by_node_selectors():
+    from tests.topologies import TRANSLATE
+
+    ext, _, _ = extender(TWO_NVL)
+    ext.state.view()  # the tree is built before the label arrives
+    for name in ("b4", "b5", "b6"):
+        n = ext.state.node(name)
+        ext.node_upserted(TRANSLATE.node({
+            "metadata": {"name": name, "labels": {**n.labels, "team": "late"}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(n.gpus), **dict(n.allocatable)}}}))
+    pods = gang("g", 3, 8, annotations=REQUIRED, nodeSelector={"team": "late"})
+    create(ext, pods)
+    assert ext.filter(pods[0], NAMES).node_names == ("b4",)
+    assert set(ext.debug_gangs()[0]["plan"].values()) == {"b4", "b5", "b6"}
