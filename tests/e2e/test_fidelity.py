@@ -109,6 +109,9 @@ def test_a_label_added_after_start_is_seen_by_node_selectors(cluster, ns, watch)
     # Labels arrive late on real clusters (GPU Feature Discovery labels a node after it joins).
     # "team" is no topology level, so the tree stays as it was: only the node's facts change.
     core = cluster.core
+    # A pod first, so railyard has built its tree before the labels come (it builds it lazily).
+    warm = with_spec([gpu_pod(unique("warm"), 1)], nodeSelector={"pool": "a100"})
+    wait_for_phase(core, ns, create_pods(core, ns, warm), "Running")
     for n in C:
         core.patch_node(n, {"metadata": {"labels": {"team": "late"}}})
     try:
