@@ -136,16 +136,10 @@ def ffd(left: Left, classes: list[PodClass], start: int, end: int) -> Taken | No
     it was) when the classes do not fit."""
     taken: Taken = {}
     for k, c in enumerate(classes):
-        count = c.count
-        for j in range(start, end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                taken.setdefault(j, {})[k] = n
-        if count:
+        got, short = _first_fit(left, c, start, end)
+        for j, n in got.items():
+            taken.setdefault(j, {})[k] = n
+        if short:
             left.give_back(classes, taken)
             return None
     return taken
@@ -202,15 +196,20 @@ def fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
 def fits(view: View, classes: list[PodClass], avail: list[int], dom: Domain) -> int:
     """How many pods of the gang fit in dom, largest shapes first."""
     left = Left(view, avail)
-    placed = 0
-    for c in classes:
-        count = c.count
-        for j in range(dom.start, dom.end):
-            if count == 0:
-                break
-            n = min(count, left.cap(c, j))
-            if n:
-                left.take(c, j, n)
-                count -= n
-                placed += n
-    return placed
+    return sum(c.count - _first_fit(left, c, dom.start, dom.end)[1] for c in classes)
+
+
+def _first_fit(left: Left, c: PodClass, start: int, end: int) -> tuple[dict[int, int], int]:
+    """Take the class's pods on nodes [start, end) in order, as many as each holds: (node ->
+    pods taken, pods that found no room)."""
+    got: dict[int, int] = {}
+    count = c.count
+    for j in range(start, end):
+        if count == 0:
+            break
+        n = min(count, left.cap(c, j))
+        if n:
+            left.take(c, j, n)
+            count -= n
+            got[j] = n
+    return got, count

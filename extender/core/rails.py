@@ -43,7 +43,7 @@ gang spans a wide domain."""
 
 def rail_order(rail: str) -> tuple[int, int, str]:
     """Rails in natural order: 2 before 10."""
-    return (0, int(rail), "") if rail.isdigit() else (1, 0, rail)
+    return (0, int(rail), "") if rail.isascii() and rail.isdigit() else (1, 0, rail)
 
 
 def free_rails(view: View, i: int) -> list[str]:
@@ -105,11 +105,11 @@ def align(view: View, size: int, chosen: dict[int, int], spare: Sequence[int]) -
     return out, rails
 
 
-def member_rails(view: View, i: int, rails: tuple[str, ...] | None, size: int, members: int) -> list[tuple[str, ...]]:
+def member_rails(view: View, i: int, rails: tuple[str, ...], size: int, members: int) -> list[tuple[str, ...]]:
     """Step 3: the rails of each of ``members`` members of ``size`` GPUs on node ``i``."""
     free = free_rails(view, i)
     out: list[tuple[str, ...]] = []
-    if rails is not None and set(rails) <= set(free):
+    if set(rails) <= set(free):
         out.append(rails)
         free = [r for r in free if r not in rails]
     while len(out) < members:
