@@ -46,6 +46,18 @@ block b1
   nodes: h7
 """
 
+# Four NVLink domains of four 8-GPU nodes, two per rack (the preemption tests' cluster).
+FOUR_NVL = """
+block b1
+  rack r1
+    nvl n1: a1 a2 a3 a4
+    nvl n2: b1 b2 b3 b4
+  rack r2
+    nvl n3: c1 c2 c3 c4
+    nvl n4: d1 d2 d3 d4
+"""
+FOUR_NVL_NODES = [f"{x}{i}" for x in "abcd" for i in range(1, 5)]
+
 FOUR_LEVELS = """
 scheme topograph
 core c1

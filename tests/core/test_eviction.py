@@ -18,21 +18,11 @@ from extender.core import eviction, gangspec
 from extender.core.eviction import Choice, Held, NoChoice
 from extender.core.pods import PodIndex
 from extender.core.state import ClusterState, Slot
-from tests.topologies import TRANSLATE, pod
+from tests.topologies import FOUR_NVL, TRANSLATE, pod
+from tests.topologies import FOUR_NVL_NODES as NODES
 
 NVL = "network.topology.nvidia.com/accelerator"
 
-# Four NVLink domains of four 8-GPU nodes, two per leaf.
-FOUR_NVL = """
-block b1
-  rack r1
-    nvl n1: a1 a2 a3 a4
-    nvl n2: b1 b2 b3 b4
-  rack r2
-    nvl n3: c1 c2 c3 c4
-    nvl n4: d1 d2 d3 d4
-"""
-NODES = [f"{x}{i}" for x in "abcd" for i in range(1, 5)]
 
 # Three NVLink domains of 4-GPU nodes (the property test's world).
 SMALL = """

@@ -357,3 +357,11 @@ class BindingWatch:
             elif bound and self.spread(members) > max_spread:
                 problems.append(f"gang {gang} was seen partly bound for {self.spread(members):.1f}s")
         assert not problems, "; ".join(problems)
+
+
+def wait_released(cluster: Cluster, ns: str) -> None:
+    """Until railyard holds nothing (planned, waiting, binding) for the gangs of ``ns``: the next
+    test of a shared cluster starts with nothing reserved."""
+    wait_for(lambda: not any(g["gang"].startswith(f"{ns}/") and g["phase"].startswith(("planned", "waiting", "binding"))
+                             for g in cluster.extender_gangs().values()),
+             60, f"railyard to release the gangs of {ns}")

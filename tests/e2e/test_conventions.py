@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.localcluster import config as localconfig
 
-from .helpers import BindingWatch, delete_pods, gpu_pod, namespace, node_labels, wait_for
+from .helpers import BindingWatch, delete_pods, gpu_pod, namespace, node_labels, wait_for, wait_released
 
 pytestmark = pytest.mark.e2e
 
@@ -150,9 +150,7 @@ def ns(cluster):
     name = namespace(cluster.core, "conv")
     yield name
     delete_pods(cluster.core, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 def member(name: str, *, annotations: dict[str, str] | None = None, scheduling_group: str | None = None,

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_node, gpu_pod, names_of, namespace, wait_for,
-    wait_for_phase,
+    wait_for_phase, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -52,9 +52,7 @@ def ns(cluster):
     yield name
     delete_pods(cluster.core, name)
     delete_claims(cluster.resource, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 def delete_claims(resource: ResourceV1Api, ns: str) -> None:

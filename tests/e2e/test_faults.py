@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, run_railyard, wait_for,
+    wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -51,9 +52,7 @@ def ns(cluster):
     name = namespace(cluster.core)
     yield name
     delete_pods(cluster.core, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 def state(cluster) -> dict[str, Any]:

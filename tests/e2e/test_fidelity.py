@@ -18,7 +18,7 @@ import pytest
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_node, gpu_pod, names_of, namespace, unique,
-    wait_for, wait_for_phase,
+    wait_for, wait_for_phase, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -48,9 +48,7 @@ def ns(cluster):
     name = namespace(cluster.core, "fidelity")
     yield name
     delete_pods(cluster.core, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 @pytest.fixture

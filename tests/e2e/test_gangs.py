@@ -22,7 +22,7 @@ import pytest
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, unique,
-    wait_for, wait_for_phase, wait_unschedulable,
+    wait_for, wait_for_phase, wait_unschedulable, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -45,10 +45,7 @@ def ns(cluster):
     name = namespace(cluster.core)
     yield name
     delete_pods(cluster.core, name)
-    # The next test starts only once railyard has let go of this namespace's reservations.
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from kubernetes.client import PolicyV1Api, SchedulingV1Api
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, wait_for,
-    wait_for_phase,
+    wait_for_phase, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -50,9 +50,7 @@ def ns(cluster):
     name = namespace(cluster.core)
     yield name
     delete_pods(cluster.core, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()),
-             60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import kubernetes
 import pytest
 import yaml
 
-from .helpers import BindingWatch, create_pods, delete_pods, namespace, node_labels, wait_for, wait_for_phase
+from .helpers import BindingWatch, create_pods, delete_pods, namespace, node_labels, wait_for_phase, wait_released
 
 pytestmark = pytest.mark.e2e
 
@@ -48,8 +48,7 @@ def ns(cluster):
     name = namespace(cluster.core)
     yield name
     delete_pods(cluster.core, name)
-    wait_for(lambda: not any(g["gang"].startswith(f"{name}/") and g["phase"].startswith(("planned", "waiting", "binding"))
-                             for g in cluster.extender_gangs().values()), 60, f"railyard to release the gangs of {name}")
+    wait_released(cluster, name)
 
 
 def example_pods(sliced: bool = True) -> list[dict]:

@@ -189,15 +189,11 @@ def test_not_ready_is_a_node_fault_too():
 # -- timeouts bounded by kube-scheduler's httpTimeout, and Events ---------------------------------
 
 
+CAPPED = Settings(gangs=GangSettings(max_timeout_seconds=135.0, settle_seconds=0))
+
+
 def test_a_timeout_above_the_cap_is_capped_and_says_so():
-    binder, clock = MemoryBinder(), Clock()
-    ext = Extender(Settings(gangs=GangSettings(max_timeout_seconds=135.0, settle_seconds=0)), binder, clock=clock)
-    from extender import topotext
-    spec = topotext.load(TWO_RACKS)
-    ext.relisted("nodes", spec.nodes)
-    for kind in ext.kinds:
-        if kind != "nodes":
-            ext.relisted(kind, spec.filler_pods() if kind == "pods" else [])
+    ext, binder, _ = extender(settings=CAPPED)
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300"})
     steer(ext, pods)
     g = ext.debug_gangs()[0]
@@ -210,14 +206,7 @@ def test_a_timeout_above_the_cap_is_capped_and_says_so():
 
 
 def test_a_member_created_after_planning_is_told_of_the_cap_too():
-    binder, clock = MemoryBinder(), Clock()
-    ext = Extender(Settings(gangs=GangSettings(max_timeout_seconds=135.0, settle_seconds=0)), binder, clock=clock)
-    from extender import topotext
-    spec = topotext.load(TWO_RACKS)
-    ext.relisted("nodes", spec.nodes)
-    for kind in ext.kinds:
-        if kind != "nodes":
-            ext.relisted(kind, spec.filler_pods() if kind == "pods" else [])
+    ext, binder, _ = extender(settings=CAPPED)
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300", "railyard.io/min-member": "2"})
     ext.pod_upserted(pods[0])
     ext.filter(pods[0], list(ext.state.topology.names))  # planned with one slot for the missing member

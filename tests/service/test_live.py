@@ -109,9 +109,9 @@ class Clock:
         return self.now
 
 
-def extender(drawing=TWO_RACKS, fail=frozenset()):
+def extender(drawing=TWO_RACKS, fail=frozenset(), settings=SETTINGS):
     binder, clock = MemoryBinder(fail), Clock()
-    ext = Extender(SETTINGS, binder, clock=clock)
+    ext = Extender(settings, binder, clock=clock)
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())

@@ -11,18 +11,9 @@ from extender.core.errors import GangUnreserved
 from extender.core.lifecycle import Phase
 from extender.settings import PreemptionSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder, wait_until
-from tests.topologies import gang, pod
+from tests.topologies import FOUR_NVL, gang, pod
+from tests.topologies import FOUR_NVL_NODES as NODES
 
-FOUR_NVL = """
-block b1
-  rack r1
-    nvl n1: a1 a2 a3 a4
-    nvl n2: b1 b2 b3 b4
-  rack r2
-    nvl n3: c1 c2 c3 c4
-    nvl n4: d1 d2 d3 d4
-"""
-NODES = [f"{x}{i}" for x in "abcd" for i in range(1, 5)]
 REQUIRED = {"railyard.io/min-member": "4", "railyard.io/required-topology": "nvlink"}
 
 
