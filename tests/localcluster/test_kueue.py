@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.localcluster import binaries, cli, cluster, config, kueue, pki
+from extender.localcluster import binaries, cli, cluster, config, kueue, kustomize, pki
 from extender.localcluster.errors import ClusterError
 
 PORTS = config.Ports(etcd_client=1, etcd_peer=2, apiserver=3, scheduler=4, kwok=5, extender=6, extender_grpc=7,
@@ -127,13 +127,13 @@ def test_every_webhook_is_pointed_at_loopback_with_the_cluster_ca(module):
     ca = b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
     base = kueue.webhook_base(PORTS)
     assert base == "https://127.0.0.1:9443"
-    bound = kueue.bind_webhooks(sources.webhook_configurations, base, ca)
+    bound = kustomize.bind_webhooks(sources.webhook_configurations, base, ca)
     client_configs = [w["clientConfig"] for c in bound for w in c["webhooks"]]
     assert [c["url"] for c in client_configs] == [
         "https://127.0.0.1:9443/mutate-batch-v1-job", "https://127.0.0.1:9443/mutate--v1-pod",
         "https://127.0.0.1:9443/validate--v1-pod"]
     assert all(base64.b64decode(c["caBundle"]) == ca and "service" not in c for c in client_configs)
-    (workloads, _) = kueue.bind_crds(sources.crds, base, ca)
+    (workloads, _) = kustomize.bind_crds(sources.crds, base, ca)
     assert workloads["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
     # The sources are left as read: one load serves any number of clusters.
     assert "service" in sources.webhook_configurations[0]["webhooks"][0]["clientConfig"]
