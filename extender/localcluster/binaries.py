@@ -1,8 +1,9 @@
 """Build (once per machine and version) the control-plane binaries from the Go module proxy.
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
-under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and ``tools/kueue`` for the
-optional Kueue manager, built only when asked for). ``go install pkg@version``
+under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``; and, built only when asked
+for, ``tools/kueue`` for Kueue's manager and ``tools/jobset``, ``tools/lws``, ``tools/trainer``
+for the workload controllers of ``workloads.py``). ``go install pkg@version``
 cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
 directives; a helper module that requires them (and pins the Kubernetes staging modules to
 their published tags) can. See KUBE-FACTS.md section 3.
@@ -24,7 +25,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -66,8 +68,11 @@ class Component:
     packages: dict[str, str]
     """Binary name -> main package path."""
     answers_version: bool = True
-    """The binaries print their version for ``--version``. Kueue's manager has no such flag:
-    its build info (``go version -m``) is read instead."""
+    """The binaries print their version for ``--version``. Kueue's, JobSet's and Trainer's
+    managers have no such flag: their build info (``go version -m``) is read instead."""
+    version_variable: str | None = None
+    """The Go string variable the project's own Makefile sets to the release tag with ``-X``
+    (it defaults to something like ``v0.0.0-main`` and is logged at start)."""
 
     def version(self, tools_dir: Path = TOOLS_DIR) -> str:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
@@ -76,13 +81,13 @@ class Component:
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
-        Kubernetes' component-base defaults to ``v0.0.0-master`` and Kueue's
-        ``pkg/version.GitVersion`` to ``v0.0.0-main`` (its Makefile sets it from the git tag; the
-        manager logs it at start). etcd (``api/v3/version.Version``) and kwok
-        (``pkg/consts.Version``) carry their release in the source of the tagged module.
+        Kubernetes' component-base defaults to ``v0.0.0-master``, and ``version_variable`` to
+        ``v0.0.0-main`` (Kueue, JobSet, LWS). etcd (``api/v3/version.Version``) and kwok
+        (``pkg/consts.Version``) carry their release in the source of the tagged module; Trainer
+        v2.3.0 has no version variable at all.
         """
-        if self.name == "kueue":
-            return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
+        if self.version_variable:
+            return [f"-X {self.version_variable}={version}"]
         if self.name != "kubernetes":
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
@@ -127,11 +132,36 @@ KUEUE = Component(
     module="sigs.k8s.io/kueue",
     packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
     answers_version=False,
+    version_variable="sigs.k8s.io/kueue/pkg/version.GitVersion",
+)
+JOBSET = Component(
+    name="jobset",
+    tool_dir="jobset",
+    module="sigs.k8s.io/jobset",
+    packages={"jobset": "sigs.k8s.io/jobset"},  # main.go at the module root
+    answers_version=False,
+    version_variable="sigs.k8s.io/jobset/pkg/version.GitVersion",
+)
+LWS = Component(
+    name="lws",
+    tool_dir="lws",
+    module="sigs.k8s.io/lws",
+    packages={"lws": "sigs.k8s.io/lws/cmd"},  # prints "Version: <GitVersion>" for --version
+    version_variable="sigs.k8s.io/lws/pkg/version.GitVersion",
+)
+TRAINER = Component(
+    name="trainer",
+    tool_dir="trainer",
+    module="github.com/kubeflow/trainer/v2",
+    packages={"trainer": "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
+    answers_version=False,
 )
 COMPONENTS = (ETCD, KWOK, KUBERNETES)  # smallest first: early failures come early
-#: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``):
-#: every cluster needs COMPONENTS, few need Kueue, and its cold build adds minutes.
-OPTIONAL_COMPONENTS = (KUEUE,)
+#: Built only when asked for (``cluster build --with-kueue``, ``--with-jobset``...): every
+#: cluster needs COMPONENTS, few need the others, and each cold build adds minutes.
+OPTIONAL_COMPONENTS = (KUEUE, JOBSET, LWS, TRAINER)
+#: The workload controllers by name (``Binaries.workload_controllers``, ``workloads.py``).
+WORKLOAD_COMPONENTS = {c.name: c for c in (JOBSET, LWS, TRAINER)}
 
 
 def required_version(go_mod: Path, module: str) -> str:
@@ -165,6 +195,8 @@ class Binaries:
     kwok: Path
     kueue: Path | None = None
     """Kueue's manager; None unless asked for (``ensure(with_kueue=True)``)."""
+    workload_controllers: dict[str, Path] = field(default_factory=dict)
+    """Workload controller managers asked for (``ensure(workload_controllers=("jobset",))``), by name."""
 
 
 def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
@@ -182,10 +214,17 @@ def ensure(
     tools_dir: Path = TOOLS_DIR,
     log: TextIO = sys.stderr,
     with_kueue: bool = False,
+    workload_controllers: Collection[str] = (),
 ) -> Binaries:
-    """Every binary, from the cache or freshly built; raises BuildError with one clear line."""
+    """Every binary, from the cache or freshly built; raises BuildError with one clear line.
+
+    ``workload_controllers`` names workload controllers (keys of ``WORKLOAD_COMPONENTS``) to build too.
+    """
     root = root or cache_root()
-    wanted = COMPONENTS + ((KUEUE,) if with_kueue else ())
+    unknown = sorted(set(workload_controllers) - set(WORKLOAD_COMPONENTS))
+    if unknown:
+        raise BuildError(f"unknown workload controller {unknown[0]!r}; known: {', '.join(WORKLOAD_COMPONENTS)}")
+    wanted = COMPONENTS + ((KUEUE,) if with_kueue else ()) + tuple(WORKLOAD_COMPONENTS[n] for n in workload_controllers)
     dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in wanted}
     return Binaries(
         etcd=dirs["etcd"] / "etcd",
@@ -193,6 +232,7 @@ def ensure(
         kube_scheduler=dirs["kubernetes"] / "kube-scheduler",
         kwok=dirs["kwok"] / "kwok",
         kueue=dirs["kueue"] / "kueue" if with_kueue else None,
+        workload_controllers={n: dirs[n] / n for n in workload_controllers},
     )
 
 
@@ -357,7 +397,8 @@ def build_info_names(build_info: str, module: str, version: str) -> bool:
 def module_dir(component: Component, tools_dir: Path = TOOLS_DIR) -> Path:
     """The pinned module's source tree in GOMODCACHE (``go mod download`` first, so it is there).
 
-    Kueue's CRDs and webhook configurations are read from here at ``cluster up``: they belong to
+    The CRDs and webhook configurations of Kueue and the workload controllers are read from here
+    at ``cluster up``: they belong to
     the same version as the binary and are never copied into this repository.
     """
     version = component.version(tools_dir)
@@ -408,7 +449,7 @@ def describe(root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> list[str]
     for component in COMPONENTS + OPTIONAL_COMPONENTS:
         state = "cached" if is_cached(component, root, tools_dir) else "not built yet"
         if component in OPTIONAL_COMPONENTS and state != "cached":
-            state += " (optional: --with-kueue)"
+            state += f" (optional: --with-{component.name})"
         lines.append(f"{component.name} {component.version(tools_dir)}: {state} in {cached_dir(component, root, tools_dir)}")
     return lines
 

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import yaml
 
-from extender.localcluster import binaries, cluster, replicas
+from extender.localcluster import binaries, cluster, replicas, workloads
 from extender.localcluster.errors import ClusterError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster",
-        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok; optionally Kueue) with fake GPU nodes",
+        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok; optionally Kueue, "
+             "JobSet, LeaderWorkerSet, Kubeflow Trainer) with fake GPU nodes",
         description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
     )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -54,6 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "integrations pod and batch/job")
     up.add_argument("--kueue-feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
                     help="Kueue feature gates, e.g. TopologyAwareScheduling=false (TAS is on by default)")
+    _with_controllers(up, "also run")
     up.add_argument("--replicas", type=int, default=1, metavar="N",
                     help="kube-scheduler + railyard pairs (default 1); above 1 the schedulers elect a "
                          "leader on a Lease in kube-system, as the manifests' two replicas do")
@@ -94,7 +96,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.add_argument("--with-kueue", action="store_true",
                        help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
+    _with_controllers(build, "also build")
     build.set_defaults(func=run_build)
+
+
+def _with_controllers(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--with-jobset``, ``--with-lws``, ``--with-trainer`` (docs/local-cluster.md)."""
+    for name, controller in workloads.CONTROLLERS.items():
+        needs = "".join(f" and {workloads.CONTROLLERS[n].title}" for n in controller.needs)
+        parser.add_argument(f"--with-{name}", dest="workload_controllers", action="append_const", const=name, default=[],
+                            help=f"{verb} {controller.title}{needs} (tools/{controller.component.tool_dir}; "
+                                 "its CRDs and webhooks on 127.0.0.1)")
 
 
 def _workdir(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +157,7 @@ def run_up(args: argparse.Namespace) -> int:
         runtime_config=args.runtime_config,
         kueue=args.kueue,
         kueue_feature_gates=args.kueue_feature_gates,
+        workload_controllers=tuple(args.workload_controllers),
         replicas=args.replicas,
         extender_settings=dict(args.extender_settings),
         gpus_as_dra=args.gpus_as_dra,
@@ -186,6 +199,9 @@ def run_status(args: argparse.Namespace) -> int:
             tas = "on" if kueue.get("topologyAwareScheduling") else "off"
             print(f"kueue           {kueue.get('version')}  webhooks {kueue.get('webhooks')}, "
                   f"health {kueue.get('health')}, metrics {kueue.get('metrics')}, TAS {tas}")
+        for name, controller in (state.get("workloadControllers") or {}).items():
+            print(f"{name:15} {controller.get('version')}  webhooks {controller.get('webhooks')}, "
+                  f"health {controller.get('health')}, metrics {controller.get('metrics')}")
         print(f"kubeconfig      {state.get('kubeconfig')}")
     return 0 if all(p.running for p in procs) else 1
 
@@ -221,7 +237,8 @@ def run_restart_replica(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure(with_kueue=args.with_kueue)
+        bins = binaries.ensure(with_kueue=args.with_kueue,
+                               workload_controllers=workloads.resolve(args.workload_controllers))
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

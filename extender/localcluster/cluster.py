@@ -4,7 +4,8 @@ Order of ``up``: check the workdir and every input (nothing started yet) -> bina
 once per machine) -> PKI and kubeconfig -> etcd -> kube-apiserver (/readyz) -> nodes and
 filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler (/readyz, informers
 synced) -> with ``--with-kueue``: Kueue (``managers.py``: CRDs Established, manager /readyz,
-webhook configurations until the API server calls them) -> every node listed. The extender
+webhook configurations until the API server calls them) -> with ``--with-jobset`` and the other
+workload controllers: each the same way (``workloads.py``) -> every node listed. The extender
 starts before the scheduler so the scheduler's first pod never meets a missing extender. Any
 failure, Ctrl-C included, stops what was started before the error is raised: ``up`` never
 leaves a half cluster running.
@@ -17,6 +18,7 @@ Workdir layout::
     <workdir>/logs/<name>.log     each component's output
     <workdir>/pki/  etcd/  scheduler-config.yaml  kwok-stages.yaml
     <workdir>/kueue-config.yaml  kueue/certs/   with --with-kueue
+    <workdir>/<controller>-config.yaml  <controller>/   with --with-jobset, --with-lws, --with-trainer
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from typing import Any, TextIO
 
 import yaml
 
-from extender.localcluster import binaries as binaries_mod, kustomize, managers
+from extender.localcluster import binaries as binaries_mod, kustomize, managers, workloads
 from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.apiclient import CREATE_PARALLELISM, ApiClient, api_message, http_ok, wait_healthy
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
-COMPONENTS = ("kueue", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
+COMPONENTS = ("trainer", "lws", "jobset", "kueue", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
 DEFAULT_WORKDIR = Path(".railyard/cluster")
 
 
@@ -73,6 +75,9 @@ class UpOptions:
     kueue_feature_gates: dict[str, bool] = field(default_factory=dict)
     """Kueue feature gates (its Configuration's ``featureGates``), e.g.
     ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
+    workload_controllers: tuple[str, ...] = ()
+    """Workload controllers to run (``--with-jobset``, ``--with-lws``, ``--with-trainer``): names
+    of ``workloads.CONTROLLERS``; Trainer brings JobSet."""
     gpus_as_dra: bool = False
     """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
     replicas: int = 1
@@ -96,6 +101,8 @@ class ClusterInfo:
     pids: dict[str, int] = field(default_factory=dict)
     kueue: dict[str, Any] | None = None
     """What runs of Kueue (version, URLs, feature gates), as ``cluster.json`` records it."""
+    workload_controllers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The workload controllers that run (version, URLs), by name."""
 
 
 def _say(log: TextIO, message: str) -> None:
@@ -128,8 +135,11 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     problems = kueue_mod.gate_problems(options.kueue_feature_gates) if options.kueue else []
     if problems:
         raise ClusterError("; ".join(problems))
-    bins = options.binaries or binaries_mod.ensure(log=log, with_kueue=options.kueue)
+    wanted = workloads.resolve(options.workload_controllers)
+    bins = options.binaries or binaries_mod.ensure(log=log, with_kueue=options.kueue,
+                                                   workload_controllers=wanted)
     kueue_sources = _kueue_sources(bins) if options.kueue else None
+    controller_sources = workloads.load_sources(wanted, bins)
 
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +148,8 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     except OSError as exc:
         raise ClusterError(f"cannot use workdir {workdir}: {exc.strerror or exc}") from exc
     try:
-        info = _start_all(workdir, options, node_set, custom_config, bins, kueue_sources, log, started)
+        info = _start_all(workdir, options, node_set, custom_config, bins, kueue_sources, controller_sources,
+                          log, started)
     except BaseException as exc:
         _say(log, "start failed; stopping what was started")
         down(workdir, log=log, quiet=True)
@@ -155,6 +166,7 @@ def _start_all(
     custom_config: dict[str, Any] | None,
     bins: binaries_mod.Binaries,
     kueue_sources: kustomize.Sources | None,
+    controller_sources: dict[str, kustomize.Sources],
     log: TextIO,
     started: float,
 ) -> ClusterInfo:
@@ -235,19 +247,22 @@ def _start_all(
         assert bins.kueue is not None
         kueue_state = _start_kueue(workdir, api, pki, ports, bins.kueue, kueue_sources, kubeconfig_file,
                                    options.kueue_feature_gates, env, log, timeout)
+    controllers_state = workloads.start(workdir, api, pki, bins, controller_sources, kubeconfig_file,
+                                        [p for r in replicas for p in r.ports.as_dict().values()], env, log, timeout)
 
     missing = api.missing_nodes(node_set.names)
     if missing:
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state,
-                 replicas=replicas)
+                 replicas=replicas, workload_controllers=controllers_state)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
         workdir=workdir, kubeconfig=kubeconfig_file, api_url=api_url, ports=ports,
         extender_url=ext_url, nodes=len(node_set.nodes), seconds=seconds,
         pids={p.name: p.pid for p in processes.recorded(workdir)}, kueue=kueue_state,
+        workload_controllers=controllers_state,
     )
 
 
@@ -367,7 +382,8 @@ def _pick_ports(apiserver_port: int, kueue: bool = False,
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
-                 replicas: list[config.Replica] = ()) -> None:
+                 replicas: list[config.Replica] = (),
+                 workload_controllers: dict[str, dict[str, Any]] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
@@ -377,6 +393,8 @@ def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_
         state["leaderLease"] = "/".join(config.LEADER_LEASE)
     if kueue is not None:
         state["kueue"] = kueue
+    if workload_controllers:
+        state["workloadControllers"] = workload_controllers
     (workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
 
 
