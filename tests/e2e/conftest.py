@@ -8,6 +8,8 @@
   (``helpers.default_nodes()``).
 - ``kueue_binaries``: what ``local_cluster(..., kueue=True)`` needs (the optional Kueue build
   and its fixed-path metrics certificate), or skip / fail as for the other binaries.
+- ``controller_binaries``: what ``local_cluster(..., workload_controllers=("jobset", "lws", "trainer"))``
+  needs (the optional JobSet, LeaderWorkerSet and Kubeflow Trainer builds), or skip / fail.
 
 Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
 it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
@@ -24,7 +26,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from extender.localcluster import binaries, cluster, kueue as kueue_mod
+from extender.localcluster import binaries, cluster, kueue as kueue_mod, workloads
 from extender.localcluster.errors import ClusterError
 
 from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
@@ -62,6 +64,19 @@ def kueue_binaries(control_plane_binaries) -> binaries.Binaries:
     return bins
 
 
+@pytest.fixture(scope="session")
+def controller_binaries(control_plane_binaries) -> binaries.Binaries:
+    """The binaries with every workload controller, or skip (locally, never built) / fail (CI)."""
+    names = tuple(workloads.CONTROLLERS)
+    if not _in_ci() and not all(binaries.is_cached(binaries.WORKLOAD_COMPONENTS[n]) for n in names):
+        pytest.skip("workload controllers not built yet: run `railyard cluster build --with-jobset --with-lws "
+                    "--with-trainer` (with CI=true the tests build them and fail instead of skipping)")
+    try:
+        return binaries.ensure(workload_controllers=names)
+    except ClusterError as exc:
+        pytest.fail(f"cannot get the workload controllers: {exc}", pytrace=False)
+
+
 class ClusterStarter:
     """Starts clusters with ``railyard cluster up`` and stops every one of them on ``stop_all``."""
 
@@ -75,7 +90,7 @@ class ClusterStarter:
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
                  gpus_as_dra: bool = False, replicas: int = 1,
-                 extender_settings: dict[str, Any] | None = None) -> Cluster:
+                 extender_settings: dict[str, Any] | None = None, workload_controllers: tuple[str, ...] = ()) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
         if nodes is not None:
@@ -102,6 +117,7 @@ class ClusterStarter:
             args += ["--runtime-config", ",".join(runtime_config)]
         if gpus_as_dra:
             args.append("--gpus-as-dra")
+        args += [f"--with-{name}" for name in workload_controllers]
         if replicas != 1:
             args += ["--replicas", str(replicas)]
         for key, value in (extender_settings or {}).items():
