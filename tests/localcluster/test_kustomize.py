@@ -10,7 +10,6 @@ The e2e tests install the real trees.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,7 @@ import pytest
 from extender.localcluster import kustomize
 from extender.localcluster.errors import ClusterError
 
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
+from .fakes import write
 
 
 WEBHOOKS = """\
@@ -53,7 +49,7 @@ WEBHOOKS = """\
 def jobset(tmp_path) -> Path:
     root = tmp_path / "jobset@v0.12.0"
     components = root / "config" / "components"
-    _write(components / "crd" / "kustomization.yaml", """\
+    write(components / "crd" / "kustomization.yaml", """\
         resources:
         - bases/jobset.x-k8s.io_jobsets.yaml
         patches:
@@ -62,7 +58,7 @@ def jobset(tmp_path) -> Path:
         configurations:
         - kustomizeconfig.yaml
         """)
-    _write(components / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml", """\
+    write(components / "crd" / "bases" / "jobset.x-k8s.io_jobsets.yaml", """\
         apiVersion: apiextensions.k8s.io/v1
         kind: CustomResourceDefinition
         metadata:
@@ -70,7 +66,7 @@ def jobset(tmp_path) -> Path:
         spec:
           group: jobset.x-k8s.io
         """)
-    _write(components / "crd" / "patches" / "webhook_in_jobsets.yaml", """\
+    write(components / "crd" / "patches" / "webhook_in_jobsets.yaml", """\
         apiVersion: apiextensions.k8s.io/v1
         kind: CustomResourceDefinition
         metadata:
@@ -83,7 +79,7 @@ def jobset(tmp_path) -> Path:
                 service: {namespace: system, name: webhook-service, path: /convert}
               conversionReviewVersions: [v1]
         """)
-    _write(components / "crd" / "patches" / "cainjection_in_jobsets.yaml", """\
+    write(components / "crd" / "patches" / "cainjection_in_jobsets.yaml", """\
         apiVersion: apiextensions.k8s.io/v1
         kind: CustomResourceDefinition
         metadata:
@@ -91,9 +87,9 @@ def jobset(tmp_path) -> Path:
             cert-manager.io/inject-ca-from: $(CERTIFICATE_NAMESPACE)/$(CERTIFICATE_NAME)
           name: jobsets.jobset.x-k8s.io
         """)
-    _write(components / "webhook" / "manifests.yaml", WEBHOOKS)
-    _write(components / "webhook" / "service.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: webhook-service}\n")
-    _write(components / "webhook" / "kustomization.yaml", """\
+    write(components / "webhook" / "manifests.yaml", WEBHOOKS)
+    write(components / "webhook" / "service.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: webhook-service}\n")
+    write(components / "webhook" / "kustomization.yaml", """\
         resources:
         - manifests.yaml
         - service.yaml
@@ -105,7 +101,7 @@ def jobset(tmp_path) -> Path:
             kind: MutatingWebhookConfiguration
             name: mutating-webhook-configuration
         """)
-    _write(components / "webhook" / "patches" / "mutating-patch.yaml", """\
+    write(components / "webhook" / "patches" / "mutating-patch.yaml", """\
         - op: replace
           path: /webhooks/1
           value:
@@ -117,7 +113,7 @@ def jobset(tmp_path) -> Path:
               matchExpressions:
               - {key: jobset.sigs.k8s.io/jobset-name, operator: Exists}
         """)
-    _write(root / "config" / "default" / "kustomization.yaml", "namespace: jobset-system\nnamePrefix: jobset-\n")
+    write(root / "config" / "default" / "kustomization.yaml", "namespace: jobset-system\nnamePrefix: jobset-\n")
     return root
 
 
@@ -142,8 +138,8 @@ def test_json6902_patches_replace_a_webhook_by_index_and_the_overlay_prefixes_na
 
 def test_a_kind_only_target_patches_every_object_of_that_kind(tmp_path):
     webhook = tmp_path / "manifests" / "base" / "webhook"
-    _write(webhook / "manifests.yaml", WEBHOOKS)
-    _write(webhook / "kustomization.yaml", """\
+    write(webhook / "manifests.yaml", WEBHOOKS)
+    write(webhook / "kustomization.yaml", """\
         resources:
           - manifests.yaml
         patches:
@@ -153,7 +149,7 @@ def test_a_kind_only_target_patches_every_object_of_that_kind(tmp_path):
               version: v1
               kind: ValidatingWebhookConfiguration
         """)
-    _write(webhook / "patch_validating.yaml", """\
+    write(webhook / "patch_validating.yaml", """\
         - op: replace
           path: /metadata/name
           value: validator.trainer.kubeflow.org

@@ -18,6 +18,8 @@ import pytest
 from extender.localcluster import binaries, cli, cluster, processes, workloads
 from extender.localcluster.errors import ClusterError
 
+from .fakes import fake_cache
+
 PORTS = workloads.Ports(webhook=9443, health=8081, metrics=8443)
 
 
@@ -128,18 +130,9 @@ def test_version_ldflags_follow_each_project_s_makefile():
     assert binaries.LWS.answers_version and not binaries.JOBSET.answers_version
 
 
-def _fake_cache(root: Path) -> None:
-    for component in binaries.COMPONENTS + binaries.OPTIONAL_COMPONENTS:
-        directory = binaries.cached_dir(component, root)
-        directory.mkdir(parents=True)
-        for name in component.packages:
-            (directory / name).write_text("#!/bin/sh\n")
-            (directory / name).chmod(0o755)
-
-
 def test_cached_controllers_are_reused_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
-    _fake_cache(tmp_path)
+    fake_cache(tmp_path, binaries.COMPONENTS + binaries.OPTIONAL_COMPONENTS)
     assert binaries.ensure(root=tmp_path).workload_controllers == {}
     found = binaries.ensure(root=tmp_path, workload_controllers=("jobset", "trainer"))
     assert found.workload_controllers == {"jobset": binaries.cached_dir(binaries.JOBSET, tmp_path) / "jobset",
