@@ -398,8 +398,8 @@ def module_dir(component: Component, tools_dir: Path = TOOLS_DIR) -> Path:
     """The pinned module's source tree in GOMODCACHE (``go mod download`` first, so it is there).
 
     The CRDs and webhook configurations of Kueue and the workload controllers are read from here
-    at ``cluster up``: they belong to
-    the same version as the binary and are never copied into this repository.
+    at ``cluster up``: they belong to the same version as the binary and are never copied into
+    this repository.
     """
     version = component.version(tools_dir)
     go = find_go()
