@@ -73,6 +73,11 @@ class Component:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
         return required_version(tools_dir / self.tool_dir / "go.mod", self.module)
 
+    @property
+    def is_kubernetes(self) -> bool:
+        """Built from ``k8s.io/kubernetes`` (kube-apiserver, kube-scheduler, kube-controller-manager)."""
+        return self.module == KUBERNETES_MODULE
+
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
@@ -83,7 +88,7 @@ class Component:
         """
         if self.name == "kueue":
             return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
-        if self.name != "kubernetes":
+        if not self.is_kubernetes:
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
         if not match:
@@ -97,17 +102,26 @@ class Component:
 
     def version_marker(self, version: str) -> str:
         """What the binaries' ``--version`` output must contain."""
-        return version if self.name == "kubernetes" else version.lstrip("v")
+        return version if self.is_kubernetes else version.lstrip("v")
 
 
+KUBERNETES_MODULE = "k8s.io/kubernetes"
 KUBERNETES = Component(
     name="kubernetes",
     tool_dir="kube",
-    module="k8s.io/kubernetes",
+    module=KUBERNETES_MODULE,
     packages={
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     },
+)
+#: Its own cache entry, from the same helper module: a cache that holds the API server and
+#: scheduler of a version keeps serving them while the controller manager is built beside it.
+KUBE_CONTROLLER_MANAGER = Component(
+    name="kube-controller-manager",
+    tool_dir="kube",
+    module=KUBERNETES_MODULE,
+    packages={"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
 )
 ETCD = Component(
     name="etcd",
@@ -128,7 +142,7 @@ KUEUE = Component(
     packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
     answers_version=False,
 )
-COMPONENTS = (ETCD, KWOK, KUBERNETES)  # smallest first: early failures come early
+COMPONENTS = (ETCD, KWOK, KUBERNETES, KUBE_CONTROLLER_MANAGER)  # smallest first: early failures come early
 #: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``):
 #: every cluster needs COMPONENTS, few need Kueue, and its cold build adds minutes.
 OPTIONAL_COMPONENTS = (KUEUE,)
@@ -165,6 +179,8 @@ class Binaries:
     kwok: Path
     kueue: Path | None = None
     """Kueue's manager; None unless asked for (``ensure(with_kueue=True)``)."""
+    kube_controller_manager: Path | None = None
+    """None when not asked for (``ensure(controllers=False)``)."""
 
 
 def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
@@ -182,10 +198,15 @@ def ensure(
     tools_dir: Path = TOOLS_DIR,
     log: TextIO = sys.stderr,
     with_kueue: bool = False,
+    controllers: bool = True,
 ) -> Binaries:
-    """Every binary, from the cache or freshly built; raises BuildError with one clear line."""
+    """Every binary, from the cache or freshly built; raises BuildError with one clear line.
+
+    ``controllers``: also kube-controller-manager.
+    """
     root = root or cache_root()
-    wanted = COMPONENTS + ((KUEUE,) if with_kueue else ())
+    wanted = (ETCD, KWOK, KUBERNETES) + ((KUBE_CONTROLLER_MANAGER,) if controllers else ()) + (
+        (KUEUE,) if with_kueue else ())
     dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in wanted}
     return Binaries(
         etcd=dirs["etcd"] / "etcd",
@@ -193,6 +214,7 @@ def ensure(
         kube_scheduler=dirs["kubernetes"] / "kube-scheduler",
         kwok=dirs["kwok"] / "kwok",
         kueue=dirs["kueue"] / "kueue" if with_kueue else None,
+        kube_controller_manager=dirs["kube-controller-manager"] / "kube-controller-manager" if controllers else None,
     )
 
 

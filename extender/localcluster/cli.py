@@ -20,7 +20,8 @@ from extender.localcluster.errors import ClusterError
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster",
-        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok; optionally Kueue) with fake GPU nodes",
+        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok; "
+             "optionally Kueue) with fake GPU nodes",
         description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
     )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -37,10 +38,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="a KubeSchedulerConfiguration to run instead of the generated one")
     up.add_argument("--no-extender", dest="extender", action="store_false",
                     help="run a plain kube-scheduler without the railyard extender")
+    up.add_argument("--no-controllers", dest="controllers", action="store_false",
+                    help="run no kube-controller-manager (nothing creates the pods of Jobs or StatefulSets, "
+                         "nothing garbage-collects)")
     up.add_argument("--apiserver-port", type=_port, default=0, metavar="PORT",
                     help="API server port on 127.0.0.1 (default: a free one)")
     up.add_argument("--feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
-                    help="Kubernetes feature gates for kube-apiserver and kube-scheduler, "
+                    help="Kubernetes feature gates for kube-apiserver, kube-scheduler and kube-controller-manager, "
                          "e.g. GenericWorkload=true,TopologyAwareWorkloadScheduling=true")
     up.add_argument("--runtime-config", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                     metavar="GROUP/VERSION=BOOL,...",
@@ -139,6 +143,7 @@ def run_up(args: argparse.Namespace) -> int:
         topology=args.topology,
         scheduler_config=args.scheduler_config,
         extender=args.extender,
+        controllers=args.controllers,
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
         feature_gates=args.feature_gates,
@@ -181,6 +186,8 @@ def run_status(args: argparse.Namespace) -> int:
     if state:
         print(f"api server      {state.get('apiServer')}  ({state.get('nodes')} nodes, {state.get('phase')})")
         print(f"extender        {state.get('extender') or 'off'}")
+        manager = state.get("controllerManager")
+        print(f"controllers     {', '.join(manager['controllers']) if manager else 'off (--no-controllers)'}")
         kueue = state.get("kueue")
         if kueue:
             tas = "on" if kueue.get("topologyAwareScheduling") else "off"

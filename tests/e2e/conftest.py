@@ -3,6 +3,7 @@
 - ``local_cluster``: a factory, module scope. ``local_cluster(nodes=[...] | topology="...",
   extender=False)`` starts a cluster through the real command line and returns a
   ``helpers.Cluster``; every cluster it started is stopped when the module ends, pass or fail.
+  ``controllers=False`` runs no kube-controller-manager.
 - ``gpu_cluster``: one shared cluster per session (no extender): four
   schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node
   (``helpers.default_nodes()``).
@@ -75,9 +76,11 @@ class ClusterStarter:
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
                  gpus_as_dra: bool = False, replicas: int = 1,
-                 extender_settings: dict[str, Any] | None = None) -> Cluster:
+                 extender_settings: dict[str, Any] | None = None, controllers: bool = True) -> Cluster:
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
+        if not controllers:
+            args.append("--no-controllers")
         if nodes is not None:
             nodes_file = workdir.parent / f"{workdir.name}-nodes.json"
             nodes_file.write_text(json.dumps(node_list(nodes)))

@@ -89,3 +89,30 @@ def test_proxy_failures_are_told_apart_from_build_errors(tmp_path, monkeypatch):
     assert str(log) in proxy
     broken = binaries._explain("etcd v3.6.16 (etcd)", "# pkg\nfile.go:3:1: syntax error\n", log)
     assert broken == f"cannot build etcd v3.6.16 (etcd): file.go:3:1: syntax error; full log: {log}"
+
+
+# -- kube-controller-manager ---------------------------------------------------------------------------
+
+def test_the_controller_manager_is_built_from_the_kubernetes_helper_module_with_honest_version_flags():
+    kcm = binaries.KUBE_CONTROLLER_MANAGER
+    assert kcm in binaries.COMPONENTS
+    assert kcm.tool_dir == binaries.KUBERNETES.tool_dir and kcm.version() == binaries.KUBERNETES.version()
+    assert kcm.packages == {"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"}
+    assert kcm.ldflags("v1.37.2") == binaries.KUBERNETES.ldflags("v1.37.2")
+    assert kcm.version_marker("v1.37.2") == "v1.37.2"
+    # Its own cache entry: the API server and scheduler of that version keep theirs.
+    assert binaries.cached_dir(kcm).name == f"kube-controller-manager-{kcm.version()}"
+
+
+def test_the_controller_manager_only_when_wanted(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no Go: everything must come from the cache
+    for component in binaries.COMPONENTS:
+        directory = binaries.cached_dir(component, tmp_path)
+        directory.mkdir(parents=True)
+        for name in component.packages:
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+    found = binaries.ensure(root=tmp_path)
+    assert found.kube_controller_manager == (binaries.cached_dir(binaries.KUBE_CONTROLLER_MANAGER, tmp_path)
+                                             / "kube-controller-manager")
+    assert binaries.ensure(root=tmp_path, controllers=False).kube_controller_manager is None
