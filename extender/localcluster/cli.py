@@ -41,6 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-controllers", dest="controllers", action="store_false",
                     help="run no kube-controller-manager (nothing creates the pods of Jobs or StatefulSets, "
                          "nothing garbage-collects)")
+    _kubernetes_version(up, "kube-apiserver, kube-scheduler and kube-controller-manager of this pinned "
+                            "Kubernetes version, built on first use")
     up.add_argument("--apiserver-port", type=_port, default=0, metavar="PORT",
                     help="API server port on 127.0.0.1 (default: a free one)")
     up.add_argument("--feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
@@ -98,7 +100,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.add_argument("--with-kueue", action="store_true",
                        help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
+    _kubernetes_version(build, "build this pinned Kubernetes version instead (repeatable)", repeat=True)
     build.set_defaults(func=run_build)
+
+
+def _kubernetes_version(parser: argparse.ArgumentParser, text: str, repeat: bool = False) -> None:
+    parser.add_argument("--kubernetes-version", dest="kubernetes_versions" if repeat else "kubernetes_version",
+                        action="append" if repeat else "store", default=[] if repeat else None, metavar="VERSION",
+                        help=f"{text}, e.g. 1.38.0-beta.0 (pinned by tools/kube*/go.mod; `cluster build` "
+                             "lists them; default: tools/kube's)")
 
 
 def _workdir(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +154,7 @@ def run_up(args: argparse.Namespace) -> int:
         scheduler_config=args.scheduler_config,
         extender=args.extender,
         controllers=args.controllers,
+        kubernetes_version=args.kubernetes_version,
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
         feature_gates=args.feature_gates,
@@ -184,7 +195,8 @@ def run_status(args: argparse.Namespace) -> int:
     for proc in procs:
         print(f"{proc.name:15} {'running' if proc.running else 'NOT running':12} pid {proc.pid}")
     if state:
-        print(f"api server      {state.get('apiServer')}  ({state.get('nodes')} nodes, {state.get('phase')})")
+        print(f"api server      {state.get('apiServer')}  (Kubernetes {state.get('kubernetes') or '?'}, "
+              f"{state.get('nodes')} nodes, {state.get('phase')})")
         print(f"extender        {state.get('extender') or 'off'}")
         manager = state.get("controllerManager")
         print(f"controllers     {', '.join(manager['controllers']) if manager else 'off (--no-controllers)'}")
@@ -228,7 +240,8 @@ def run_restart_replica(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure(with_kueue=args.with_kueue)
+        for version in args.kubernetes_versions or [None]:
+            bins = binaries.ensure(with_kueue=args.with_kueue, kubernetes_version=version)
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

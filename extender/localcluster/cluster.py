@@ -1,7 +1,7 @@
 """``cluster up / down / status``: start the local control plane, wait until healthy, stop it.
 
 Order of ``up``: check the workdir and every input (nothing started yet) -> binaries (built
-once per machine) -> PKI and kubeconfig -> etcd -> kube-apiserver
+once per machine and Kubernetes version) -> PKI and kubeconfig -> etcd -> kube-apiserver
 (/readyz) -> nodes and filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler
 (/readyz, informers synced) -> kube-controller-manager (its controllers built; not with
 ``--no-controllers``) -> with ``--with-kueue``: Kueue's CRDs (Established), its manager
@@ -66,7 +66,10 @@ class UpOptions:
     node_set: nodes_mod.NodeSet | None = None
     """Nodes given directly (tests); wins over ``nodes_file`` and ``topology``."""
     binaries: binaries_mod.Binaries | None = None
-    """Prebuilt binaries; None = ``binaries.ensure()``."""
+    """Prebuilt binaries; None = ``binaries.ensure()`` at ``kubernetes_version``."""
+    kubernetes_version: str | None = None
+    """kube-apiserver, kube-scheduler and kube-controller-manager of this pinned version
+    (``--kubernetes-version``, e.g. ``1.38.0-beta.0``); None = the default (``tools/kube``)."""
     controllers: bool = True
     """Run kube-controller-manager with ``config.CONTROLLERS`` (``--no-controllers``: without)."""
     timeout: float = 180.0
@@ -137,7 +140,8 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     if problems:
         raise ClusterError("; ".join(problems))
     bins = options.binaries or binaries_mod.ensure(
-        log=log, with_kueue=options.kueue, controllers=options.controllers)
+        log=log, with_kueue=options.kueue, kubernetes_version=options.kubernetes_version,
+        controllers=options.controllers)
     if options.controllers and bins.kube_controller_manager is None:
         raise ClusterError("the binaries given have no kube-controller-manager; build it "
                            "(`railyard cluster build`) or run with --no-controllers")
@@ -180,7 +184,7 @@ def _start_all(
     ext_url = config.extender_url(ports) if options.extender else None
     controllers = _controllers_state(ports, options.feature_gates) if options.controllers else None
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "starting",
-                 replicas=replicas, controllers=controllers)
+                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers)
 
     env = processes.clean_env()
     timeout = options.timeout
@@ -265,7 +269,7 @@ def _start_all(
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state,
-                 replicas=replicas, controllers=controllers)
+                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
@@ -455,10 +459,11 @@ def _http_text(url: str, insecure: bool = False) -> str | None:
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
-                 replicas: list[config.Replica] = (), controllers: dict[str, Any] | None = None) -> None:
+                 replicas: list[config.Replica] = (), kubernetes: str = "",
+                 controllers: dict[str, Any] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
-        "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+        "kubernetes": kubernetes, "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
         "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
         "controllerManager": controllers,
     }

@@ -184,23 +184,43 @@ def test_given_binaries_without_the_controller_manager_need_no_controllers(tmp_p
         cluster.up(_up(tmp_path, binaries=bins, controllers=False))
 
 
-def test_no_controllers_reaches_the_options():
+def test_controller_and_version_flags_reach_the_options():
     import argparse
 
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
-    assert parser.parse_args(["cluster", "up"]).controllers is True
-    assert parser.parse_args(["cluster", "up", "--no-controllers"]).controllers is False
+    args = parser.parse_args(["cluster", "up"])
+    assert args.controllers is True and args.kubernetes_version is None
+    args = parser.parse_args(["cluster", "up", "--no-controllers", "--kubernetes-version", "1.38.0-beta.0"])
+    assert args.controllers is False and args.kubernetes_version == "1.38.0-beta.0"
+    assert parser.parse_args(["cluster", "build"]).kubernetes_versions == []
+    args = parser.parse_args(["cluster", "build", "--kubernetes-version", "1.37.2",
+                              "--kubernetes-version", "1.38.0-beta.0"])
+    assert args.kubernetes_versions == ["1.37.2", "1.38.0-beta.0"]
 
 
-def test_status_says_which_controllers_run(tmp_path, capsys):
+def test_an_unpinned_kubernetes_version_is_refused_before_anything_starts(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    args = parser.parse_args(["cluster", "up", "--workdir", str(tmp_path / "w"), "--nodes", str(nodes),
+                              "--no-extender", "--kubernetes-version", "1.30.0"])
+    assert args.func(args) == 1
+    assert "Kubernetes 1.30.0 is not pinned here; pinned versions: 1.37.2 (tools/kube)" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_status_says_which_controllers_run_and_the_kubernetes_version(tmp_path, capsys):
     import argparse
     import json
 
     workdir = tmp_path / "w"
     processes.start(workdir, "kube-controller-manager", ["sleep", "60"])
     try:
-        state = {"phase": "running", "apiServer": "https://127.0.0.1:3", "nodes": 1,
+        state = {"phase": "running", "apiServer": "https://127.0.0.1:3", "kubernetes": "v1.37.2", "nodes": 1,
                  "extender": None, "kubeconfig": "k",
                  "controllerManager": {"controllers": ["job-controller", "garbage-collector-controller"]}}
         (workdir / "cluster.json").write_text(json.dumps(state))
@@ -210,6 +230,7 @@ def test_status_says_which_controllers_run(tmp_path, capsys):
         assert args.func(args) == 0
         out = capsys.readouterr().out
         assert "kube-controller-manager running" in out
+        assert "(Kubernetes v1.37.2, 1 nodes, running)" in out
         assert "controllers     job-controller, garbage-collector-controller" in out
         (workdir / "cluster.json").write_text(json.dumps({**state, "controllerManager": None}))
         args.func(args)

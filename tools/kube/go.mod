@@ -1,5 +1,5 @@
-// Helper module that builds kube-apiserver, kube-scheduler and kube-controller-manager from the
-// Go module proxy.
+// Helper module that builds kube-apiserver, kube-scheduler and kube-controller-manager of the
+// default Kubernetes version from the Go module proxy (tools/kube-1.38: Kubernetes 1.38).
 // k8s.io/kubernetes replaces its staging modules with local paths, so each one is pinned here
 // to its published tag (v0.Y.Z for Kubernetes v1.Y.Z).
 module railyard.dev/tools/kube
