@@ -79,8 +79,8 @@ def test_an_indexed_job_replaces_a_deleted_pod_at_its_index_and_counts_the_failu
     assert {i: p.metadata.name for i, p in after.items() if i != "1"} == {
         i: p.metadata.name for i, p in first.items() if i != "1"}
     assert after["1"].metadata.name.startswith("train-1-")  # generateName <job>-<index>- (podGenerateNameWithIndex)
-    names = {p.metadata.name for p in _pods(cluster, ns, "app=train")}
-    assert victim.metadata.name not in names  # gone once the Job controller dropped its finalizer
+    wait_for(lambda: victim.metadata.name not in {p.metadata.name for p in _pods(cluster, ns, "app=train")},
+             30, "the deleted pod to go once the Job controller dropped its finalizer")
 
     status = wait_for(lambda: (s := batch.read_namespaced_job_status("train", ns).status).failed and s,
                       60, "the Job to count the deleted pod as failed")

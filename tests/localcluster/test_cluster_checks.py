@@ -224,16 +224,13 @@ def test_status_says_which_controllers_run_and_the_kubernetes_version(tmp_path, 
                  "extender": None, "kubeconfig": "k",
                  "controllerManager": {"controllers": ["job-controller", "garbage-collector-controller"]}}
         (workdir / "cluster.json").write_text(json.dumps(state))
-        parser = argparse.ArgumentParser()
-        cli.add_parser(parser.add_subparsers())
-        args = parser.parse_args(["cluster", "status", "--workdir", str(workdir)])
-        assert args.func(args) == 0
+        assert cli.run_status(argparse.Namespace(workdir=workdir)) == 0
         out = capsys.readouterr().out
         assert "kube-controller-manager running" in out
         assert "(Kubernetes v1.37.2, 1 nodes, running)" in out
         assert "controllers     job-controller, garbage-collector-controller" in out
         (workdir / "cluster.json").write_text(json.dumps({**state, "controllerManager": None}))
-        args.func(args)
+        cli.run_status(argparse.Namespace(workdir=workdir))
         assert "controllers     off (--no-controllers)" in capsys.readouterr().out
     finally:
         cluster.down(workdir, quiet=True)
