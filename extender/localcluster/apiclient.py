@@ -109,14 +109,19 @@ def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], boo
 
 
 def http_ok(url: str, insecure: bool = False) -> bool:
+    return http_text(url, insecure) is not None
+
+
+def http_text(url: str, insecure: bool = False) -> str | None:
+    """The body of a 200 answer, or None."""
     context = None
     if url.startswith("https"):
         context = ssl.create_default_context()
-        if insecure:  # kube-scheduler serves a self-signed cert it made in memory
+        if insecure:  # kube-scheduler and kube-controller-manager serve a self-signed cert made in memory
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
-            return response.status == 200
+            return response.read().decode("utf-8", "replace") if response.status == 200 else None
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return None

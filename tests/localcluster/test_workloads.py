@@ -160,16 +160,24 @@ def test_cli_flags_reach_the_options():
     assert _parser().parse_args(["cluster", "build", "--with-jobset"]).workload_controllers == ["jobset"]
 
 
+def _up(tmp_path: Path, **options) -> cluster.UpOptions:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("kind: NodeList\nitems: [{metadata: {name: g1}, status: {capacity: {nvidia.com/gpu: '8'}}}]\n")
+    return cluster.UpOptions(workdir=tmp_path / "w", nodes_file=nodes, extender=False, **options)
+
+
 def test_given_binaries_without_a_controller_are_refused_before_anything_starts(tmp_path):
     missing = tmp_path / "never-started"
     bins = binaries.Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing,
-                             workload_controllers={"jobset": missing})
-    nodes = tmp_path / "nodes.yaml"
-    nodes.write_text("kind: NodeList\nitems: [{metadata: {name: g1}, status: {capacity: {nvidia.com/gpu: '8'}}}]\n")
-    options = cluster.UpOptions(workdir=tmp_path / "w", nodes_file=nodes, extender=False,
-                                workload_controllers=("trainer",), binaries=bins)
+                             kube_controller_manager=missing, workload_controllers={"jobset": missing})
     with pytest.raises(ClusterError, match="--with-trainer needs the Kubeflow Trainer binary"):
-        cluster.up(options)
+        cluster.up(_up(tmp_path, workload_controllers=("trainer",), binaries=bins))
+    assert not (tmp_path / "w").exists()
+
+
+def test_workload_controllers_without_kube_controller_manager_are_refused(tmp_path):
+    with pytest.raises(ClusterError, match="--with-lws needs kube-controller-manager .*drop --no-controllers"):
+        cluster.up(_up(tmp_path, workload_controllers=("lws",), controllers=False))
     assert not (tmp_path / "w").exists()
 
 
