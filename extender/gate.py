@@ -6,8 +6,8 @@ the service.
 Before the first Binding of a round, every member's pod is marked with the round (its id, the
 member's node, the round's size) through the Binder port: if this process dies in the middle
 of the burst, the next railyard to serve the scheduler finishes or undoes the round from the
-marks (``core.recovery``). The same write carries the member's topology address (rank, slice,
-domain per level: ``core.address``), so no member runs without it.
+marks (``core.gangs.recovery``). The same write carries the member's topology address (rank, slice,
+domain per level: ``core.placement.address``), so no member runs without it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import uuid
 from typing import Callable
 
 from extender.core import verdicts
-from extender.core.address import gang_addresses
-from extender.core.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, Outcome, Reject, Wait
+from extender.core.placement.address import gang_addresses
+from extender.core.gangs.book import BOUND, FAILED, TIMED_OUT, Allow, GangBook, Outcome, Reject, Wait
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, PermitRejected
 from extender.core.model import Address, BindingMark
-from extender.core.pods import PodIndex
+from extender.core.cluster.pods import PodIndex
 from extender.core.ports import Binder, Observer
 from extender.settings import GangSettings
 

@@ -1,4 +1,4 @@
-"""Gang-aware preemption, orchestrated: the choice is ``core.eviction``'s, the bookkeeping the
+"""Gang-aware preemption, orchestrated: the choice is ``core.gangs.preemption``'s, the bookkeeping the
 gang book's; this does the waiting and the Eviction API calls, outside the service lock it
 shares.
 
@@ -30,15 +30,15 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from extender.core import verdicts
-from extender.core.book import GangBook, GangRecord
-from extender.core.eviction import Choice, Held, NoChoice, choose, without
-from extender.core.lifecycle import HOLDING, Event, Phase
+from extender.core.gangs.book import GangBook, GangRecord
+from extender.core.gangs.preemption import Choice, Held, NoChoice, choose, without
+from extender.core.gangs.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GangSpec, PodFacts
-from extender.core.planner import home_domains
-from extender.core.pods import PodIndex
+from extender.core.placement.planner import home_domains
+from extender.core.cluster.pods import PodIndex
 from extender.core.ports import Binder
-from extender.core.state import ClusterState, Slot
-from extender.core.topology import Domain, format_path
+from extender.core.cluster.state import ClusterState, Slot
+from extender.core.cluster.topology import Domain, format_path
 from extender.core.verdicts import FilterVerdict
 from extender.settings import Settings
 
@@ -88,7 +88,7 @@ class Preempter:
         self.spec_of = spec_of
         """(spec, pending members, running members) of a gang's round, as filter plans it."""
         self.unsettled = unsettled
-        """Why a gang of undeclared size is not planned yet (``core.settle``), or None."""
+        """Why a gang of undeclared size is not planned yet (``core.gangs.settle``), or None."""
         self.run = run or (lambda job: threading.Thread(target=job, name="railyard-evict", daemon=True).start())
         """Runs a job outside the lock: a thread of its own (tests run it inline)."""
         self._active: dict[str, Preemption] = {}
@@ -177,7 +177,7 @@ class Preempter:
 
     def _take(self, rec: GangRecord, spec: GangSpec, members: Sequence[PodFacts], refused: Sequence[str],
               homes: Sequence[Domain], choice: Choice, now: float) -> list[Job]:
-        word = verdicts.level_word(self.state.topology, choice.domain.level)
+        word = self.state.topology.level_word(choice.domain.level)
         where = format_path(choice.domain.path)
         for gang in choice.release:
             victim = self.book.get(gang)
@@ -226,7 +226,7 @@ class Preempter:
         refusals = self._ask(victims, dry_run=False)
         with self._cond:
             now = self.clock()
-            word = verdicts.level_word(self.state.topology, p.choice.domain.level)
+            word = self.state.topology.level_word(p.choice.domain.level)
             where = format_path(p.choice.domain.path)
             for v in victims:
                 if v.key not in refusals:

@@ -1,4 +1,4 @@
-"""Finishing or undoing Binding rounds another process left partly bound (``core.recovery``
+"""Finishing or undoing Binding rounds another process left partly bound (``core.gangs.recovery``
 decides which): the Bindings or evictions, outside the lock, and their Events and metrics.
 
 It runs when this railyard serves a verb (``filter``, ``bind``): only a railyard whose
@@ -11,11 +11,11 @@ import threading
 from typing import Callable
 
 from extender.core import verdicts
-from extender.core.book import GangBook, Notice
-from extender.core.pods import PodIndex
+from extender.core.gangs.book import GangBook, Notice
+from extender.core.cluster.pods import PodIndex
 from extender.core.ports import Binder, Observer
-from extender.core.recovery import Complete, Rounds, Undo, decide
-from extender.core.state import ClusterState, Reservation, Slot
+from extender.core.gangs.recovery import Complete, Rounds, Undo, decide
+from extender.core.cluster.state import ClusterState, Reservation, Slot
 from extender.settings import GangSettings
 
 

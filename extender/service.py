@@ -18,21 +18,23 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from extender.core import gangspec, ledger, settle, verdicts
-from extender.core.book import GangBook, GangRecord
-from extender.core.devices import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
+from extender.core import verdicts
+from extender.core.devices import ledger
+from extender.core.gangs import gangspec, settle
+from extender.core.gangs.book import GangBook, GangRecord
+from extender.core.devices.facts import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
 from extender.core.errors import NotReady, Settling
-from extender.core.ledger import Changes, DeviceLedger
-from extender.core.lifecycle import HOLDING, Event, Phase
+from extender.core.devices.ledger import Changes, DeviceLedger
+from extender.core.gangs.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GangRef, GangSpec, GroupFacts, NodeFacts, PodFacts
-from extender.core.planner import home_domains
-from extender.core.pods import PodIndex
+from extender.core.placement.planner import home_domains
+from extender.core.cluster.pods import PodIndex
 from extender.core.ports import Binder, LabelScheme, NullObserver, Observer
-from extender.core.preemption import vet_victims
-from extender.core.single import best_fit_scores, filter_single, filter_unreadable, planned_scores
-from extender.core.state import ClusterState
+
+from extender.core.lone import best_fit_scores, filter_single, filter_unreadable, planned_scores, vet_victims
+from extender.core.cluster.state import ClusterState
 from extender.core.verdicts import FilterVerdict
-from extender.core.recovery import Rounds
+from extender.core.gangs.recovery import Rounds
 from extender.gate import PermitGate
 from extender.preempting import Preempter
 from extender.recovering import Recoverer
@@ -48,7 +50,7 @@ DRA_KINDS = {"deviceclasses": DeviceClassFacts, "resourceslices": SliceFacts, "r
 
 
 class _DeviceSink:
-    """The DRA half of the cache sink, and the sizing of pods by their claims (``core.ledger``);
+    """The DRA half of the cache sink, and the sizing of pods by their claims (``core.devices.ledger``);
     a part of ``TopologyExtender``, apart only to keep each class readable."""
 
     _cond: threading.Condition

@@ -11,17 +11,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from extender.core import gangspec, settle, verdicts
-from extender.core.address import addresses
-from extender.core.book import GangBook, GangRecord
-from extender.core.devices import DraFacts
-from extender.core.ledger import DeviceLedger, problems as dra_problems
-from extender.core.lifecycle import HOLDING, Phase
+from extender.core import verdicts
+from extender.core.gangs import gangspec, settle
+from extender.core.placement.address import addresses
+from extender.core.gangs.book import GangBook, GangRecord
+from extender.core.devices.facts import DraFacts
+from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
+from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
-from extender.core.pods import PodIndex
-from extender.core.planner import NoPlacement, Placement, domain_fits, plan
-from extender.core.state import ClusterState, Reservation
-from extender.core.topology import Topology
+from extender.core.cluster.pods import PodIndex
+from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
+from extender.core.cluster.state import ClusterState, Reservation
+from extender.core.cluster.topology import Topology
 from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
@@ -104,7 +105,7 @@ class WhatIf:
              gpu_resource: str = DEFAULT_GPU_RESOURCE, rail_attribute: str = "") -> "WhatIf":
         """``dra``: DeviceClasses, ResourceSlices, ResourceClaims and templates; a node without
         allocatable GPUs gets its GPU devices, claims are usage, pods are sized by their claims;
-        ``rail_attribute`` names each device's rail (``core.rails``)."""
+        ``rail_attribute`` names each device's rail (``core.placement.rails``)."""
         state = ClusterState(levels.levels)
         problems = list(levels.problems)
         named = [n for n in nodes if n.name]

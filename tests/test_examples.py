@@ -10,10 +10,10 @@ import yaml
 
 from extender import topotext
 from extender.adapters.kubeobjects import notes
-from extender.core.address import addresses
+from extender.core.placement.address import addresses
 from extender.core.model import Address
-from extender.core.planner import Placement
-from extender.core.slices import SliceRule
+from extender.core.placement.planner import Placement
+from extender.core.placement.slices import SliceRule
 from tests.topologies import cluster
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

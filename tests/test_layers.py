@@ -8,6 +8,7 @@ and no hand-written module or class grows past the sizes the issue set.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def imports(path: Path) -> set[str]:
             if node.level:
                 raise AssertionError(f"{path}: relative import of {node.module}; use the absolute name")
             found.add(node.module)
-            # ``from extender.core import book`` imports the module extender.core.book
+            # ``from extender.core import book`` imports the module extender.core.gangs.book
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
     return found
 
@@ -162,3 +163,38 @@ def test_no_module_over_600_lines_and_no_class_over_300():
             if isinstance(node, ast.ClassDef):
                 size = node.end_lineno - node.lineno + 1
                 assert size <= 300, f"{rel}: class {node.name} has {size} lines"
+
+
+MAPPED = ("extender/core", "extender/adapters", "extender/service")
+"""Packages whose ``__init__`` docstring maps every module and subpackage in it."""
+MAP_ENTRY = re.compile(r"^[ \t]+(\w+)(\.py|/)[ \t]+\S", re.M)
+
+
+def map_of(package: Path) -> set[str]:
+    """The entries of a package's map: ``    name.py   what it holds`` or ``    name/   ...``."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text()), clean=False) or ""
+    return {name + kind for name, kind in MAP_ENTRY.findall(doc)}
+
+
+def contents(package: Path) -> set[str]:
+    return ({p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+            | {p.name + "/" for p in package.iterdir() if (p / "__init__.py").exists()})
+
+
+def test_every_module_is_on_its_package_map():
+    packages = [p.parent for top in MAPPED for p in (ROOT.parent / top).rglob("__init__.py")]
+    assert len(packages) > len(MAPPED)
+    for package in packages:
+        rel = package.relative_to(ROOT.parent)
+        assert map_of(package) == contents(package), \
+            f"{rel}/__init__.py maps {sorted(map_of(package))}, the package holds {sorted(contents(package))}"
+
+
+def test_the_map_reader_sees_a_missing_module(tmp_path):
+    (tmp_path / "__init__.py").write_text('"""A map.\n\n    one.py    the first\n    sub/      a package\n"""\n')
+    (tmp_path / "one.py").write_text("")
+    (tmp_path / "two.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    assert map_of(tmp_path) == {"one.py", "sub/"}
+    assert contents(tmp_path) == {"one.py", "two.py", "sub/"}

@@ -13,7 +13,7 @@ import yaml
 from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, SCHEDULER_PLUGINS, VOLCANO
-from extender.core import gangspec
+from extender.core.gangs import gangspec
 from extender.core.model import MIN_MEMBER, PREFERRED, REQUIRED
 from extender.settings import DEFAULT_GPU_RESOURCE
 from extender.whatif import WhatIf

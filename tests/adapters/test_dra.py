@@ -11,7 +11,7 @@ import yaml
 
 from extender.adapters.kubeobjects import Translator
 from extender.adapters.kubeobjects.dra import parse_selector, pod_claims
-from extender.core.devices import DRIVER, AllocatedDevice, DeviceRequest, Match
+from extender.core.devices.facts import DRIVER, AllocatedDevice, DeviceRequest, Match
 from extender.core.model import PodClaim
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dra"

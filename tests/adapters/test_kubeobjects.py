@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from extender import topotext
 from extender.adapters import kubeobjects as ko
-from extender.core import gangspec
+from extender.core.gangs import gangspec
 from tests.topologies import TRANSLATE, Cluster, gang, pod
 
 

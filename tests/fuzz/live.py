@@ -24,7 +24,7 @@ from extender.adapters.kubeobjects import SCHEME
 from extender.adapters.metrics import Metrics
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.core.model import PodFacts
-from extender.core.pods import SEEN_TTL_SECONDS
+from extender.core.cluster.pods import SEEN_TTL_SECONDS
 from extender.service import TopologyExtender
 from extender.settings import ServerSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 
-from extender.core.pods import MAX_UNSHOWN_BYTES
+from extender.core.cluster.pods import MAX_UNSHOWN_BYTES
 from tests.fuzz.live import Live, rss_bytes
 from tests.topologies import pod
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from extender.core.errors import GangUnreserved
-from extender.core.pods import MAX_UNSHOWN, SEEN_TTL_SECONDS
+from extender.core.cluster.pods import MAX_UNSHOWN, SEEN_TTL_SECONDS
 from extender.core.verdicts import MAX_REASON_CHARS
 from tests.service.test_live import NODES, bind_async, create, extender, wait_until
 from tests.topologies import gang, pod

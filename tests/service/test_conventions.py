@@ -9,7 +9,7 @@ import pytest
 from extender import topotext
 from extender.adapters.k8s.watch_cache import KINDS
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, VOLCANO
-from extender.core import book as book_module
+from extender.core.gangs import book as book_module
 from extender.core.errors import NotReady, Settling
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import NODES, Clock, Extender, MemoryBinder, bind_async, create, wait_until

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from extender.core import gangspec
-from extender.core.planner import domain_fits
+from extender.core.gangs import gangspec
+from extender.core.placement.planner import domain_fits
 from tests.service.test_live import NODES, bind_async, create, extender, steer, wait_until
 from tests.topologies import TWO_RACKS, cluster, facts, gang
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from extender.core.recovery import Complete, Rounds, Undo, decide
+from extender.core.gangs.recovery import Complete, Rounds, Undo, decide
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import (
     NODES, Clock, Extender, MemoryBinder, bind_async, extender, steer, wait_until,

@@ -9,7 +9,7 @@ import pytest
 
 from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
-from extender.core import book
+from extender.core.gangs import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
 from extender.service import DRA_KINDS, TopologyExtender
 from extender.settings import GangSettings, Settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from extender.core.errors import GangUnreserved
-from extender.core.lifecycle import Phase
+from extender.core.gangs.lifecycle import Phase
 from extender.settings import PreemptionSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder, wait_until
 from tests.topologies import FOUR_NVL, gang, pod

@@ -131,6 +131,6 @@ def test_rails_follow_claims_that_change_after_the_topology_was_built():
 
 
 def test_rails_sort_naturally_and_odd_names_do_not_crash():
-    from extender.core.rails import rail_order
+    from extender.core.placement.rails import rail_order
 
     assert sorted(["10", "2", "nic-b", "²", "0"], key=rail_order) == ["0", "2", "10", "nic-b", "²"]

@@ -1,4 +1,4 @@
-"""The starvation bound (core/starvation.py): a gang that has lacked room for
+"""The starvation bound (core/gangs/starvation.py): a gang that has lacked room for
 ``gangs.starvation_seconds`` drains the domain where it fits once the running pods finish, so
 smaller gangs that arrive later no longer take the GPUs it waits for. The real service, an
 in-memory Binder, a manual clock.
@@ -12,7 +12,7 @@ NVLink domain, which no domain has free until a run finishes.
 from __future__ import annotations
 
 from extender import topotext
-from extender.core.starvation import DRAIN
+from extender.core.gangs.starvation import DRAIN
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
 from tests.topologies import gang, pod

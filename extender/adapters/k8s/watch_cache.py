@@ -38,7 +38,7 @@ import urllib3
 from extender.adapters.k8s.api import Api, json_lines
 from extender.adapters.k8s.errors import Gone, KubernetesError, NotFound
 from extender.adapters.kubeobjects import GROUP_APIS, Translator
-from extender.core.devices import DraFacts
+from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 log = logging.getLogger("railyard.k8s.watch")

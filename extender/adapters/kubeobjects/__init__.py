@@ -12,6 +12,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
     groups.py     each convention's group object -> GroupFacts; the precedence table
     dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
+    notes.py      a gang member's address -> the annotations railyard writes on its pod
     fields.py     defensive accessors
 """
 
@@ -47,7 +48,7 @@ from extender.adapters.kubeobjects.pods import (
     rank,
 )
 from extender.adapters.kubeobjects.placement import tolerations
-from extender.core.devices import DraFacts
+from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [

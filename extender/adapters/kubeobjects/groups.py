@@ -5,7 +5,7 @@ names its group with Volcano's annotation reads the Volcano PodGroup of that nam
 or scheduler-plugins PodGroup that shares its namespace and name (``GroupFacts.id``).
 
 Where a gang's size, timeout and topology come from; lower precedence wins, and members that
-disagree at the winning precedence are a problem of the gang (``core.gangspec``):
+disagree at the winning precedence are a problem of the gang (``core.gangs.gangspec``):
 
   0 RAILYARD  pod annotations railyard.io/min-member, railyard.io/timeout-seconds,
               railyard.io/required-topology, railyard.io/preferred-topology,
