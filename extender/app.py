@@ -3,7 +3,7 @@
     kube-scheduler --HTTP--> adapters/http/server  --> service.TopologyExtender --> core
     gRPC clients  --gRPC--> adapters/grpc/server  --/
     API server  --watch--> adapters/k8s/watch_cache --/        |
-                <--POST--- adapters/k8s/binder      <----------+ (Binder port)
+                <--POST--- adapters/k8s/binder      <----------+ (Bindings, Evictions, Events, Claims ports)
     /metrics    <--------- adapters/metrics.Metrics <----------+ (Observer port)
 """
 
@@ -33,6 +33,7 @@ from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import KINDS, WatchCache
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
+from extender.core.ports import Ports
 from extender.service import TopologyExtender
 from extender.settings import Settings, deprecations, from_mapping
 
@@ -222,7 +223,8 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     metrics = Metrics(registry)
     api = Api(client or kube_client(settings))
     binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
-    service = TopologyExtender(settings, binder, SCHEME, metrics, kinds=KINDS)
+    ports = Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME, observer=metrics)
+    service = TopologyExtender(settings, ports, kinds=KINDS)
     translator = Translator(settings.placement.gpu_resource, settings.placement.volcano_tiers)
     cache = WatchCache(api, service, metrics, translator)
     s = settings.server

@@ -21,10 +21,7 @@ FLOORS = (
     ("extender.api", 0),  # generated protobuf code and its generator
     ("extender.topotext", 1),
     ("extender.localcluster", 1),  # a wing: nobody below commands imports it (test below)
-    ("extender.whatif", 2),
-    ("extender.gate", 3),
-    ("extender.preempting", 3),
-    ("extender.service", 3),
+    ("extender.service", 2),
     ("extender.adapters", 4),
     ("extender.app", 5),
     ("extender.commands", 6),
@@ -128,16 +125,18 @@ def test_core_is_pure():
                 f"{path.name} imports {name}"
 
 
-def test_service_layer_imports_no_adapter_command_localcluster_or_app():
+def test_service_imports_no_adapter_command_localcluster_or_app():
     banned = ("extender.adapters", "extender.commands", "extender.localcluster", "extender.app", "extender.cli")
-    for name in ("extender.service", "extender.gate", "extender.preempting", "extender.whatif"):
+    service = [name for name in MODULES if name == "extender.service" or name.startswith("extender.service.")]
+    assert len(service) > 1
+    for name in service:
         for target in graph()[name]:
             assert not target.startswith(banned), f"{name} imports {target}"
 
 
 def test_localcluster_is_a_wing():
     for name, targets in graph().items():
-        if name.startswith(("extender.core", "extender.service", "extender.whatif", "extender.adapters",
+        if name.startswith(("extender.core", "extender.service", "extender.adapters",
                             "extender.app", "extender.topotext")):
             assert not any(t.startswith("extender.localcluster") for t in targets), f"{name} imports localcluster"
 
@@ -152,6 +151,11 @@ def test_transport_adapters_do_not_import_each_other():
             assert not any(target.startswith(g) for g in groups if g != own), f"{name} imports {target}"
 
 
+LONG_CLASSES: dict[str, str] = {}
+"""``module:Class`` -> why a class past 300 lines is still one job. The sizes are a smell
+detector, not a shape: a long class that is one job goes here, it is not cut by line count."""
+
+
 def test_no_module_over_600_lines_and_no_class_over_300():
     for name, path in MODULES.items():
         rel = str(path.relative_to(ROOT.parent))
@@ -162,7 +166,8 @@ def test_no_module_over_600_lines_and_no_class_over_300():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef):
                 size = node.end_lineno - node.lineno + 1
-                assert size <= 300, f"{rel}: class {node.name} has {size} lines"
+                assert size <= 300 or f"{name}:{node.name}" in LONG_CLASSES, \
+                    f"{rel}: class {node.name} has {size} lines: split it by job, or say in LONG_CLASSES why it is one"
 
 
 MAPPED = ("extender/core", "extender/adapters", "extender/service")

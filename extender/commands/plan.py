@@ -12,7 +12,7 @@ import yaml
 
 from extender.adapters import kubeobjects as ko
 from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
-from extender.whatif import WhatIf
+from extender.service.whatif import WhatIf
 
 
 class InputError(Exception):

@@ -20,5 +20,6 @@ package's ``__init__`` maps its modules, ``tests/test_layers.py`` keeps the maps
                   bound, recovery of partly bound rounds, gang preemption.
     devices/      GPUs as DRA devices and claims, counted once.
     lone.py       pods of no gang: filter, scores, the veto on kube-scheduler's victims.
-    ports.py      the Protocols the service needs (Binder, Observer, LabelScheme).
+    ports.py      the Protocols the service needs, in Kubernetes' words (Bindings, Evictions,
+                  Events, Claims; Observer, LabelScheme), and the bundle app.py wires.
 """

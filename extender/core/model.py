@@ -262,6 +262,26 @@ class PodClaim:
 
 
 @dataclass(frozen=True)
+class PodRef:
+    """A pod as the API server's writes name it: by namespace and name, and by uid, so that a
+    pod recreated under the same name is refused, not touched."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, key: str, uid: str) -> PodRef:
+        """From a pod key ``<namespace>/<name>``."""
+        namespace, _, name = key.partition("/")
+        return cls(namespace, name, uid)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
 
@@ -296,6 +316,10 @@ class PodFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.namespace, self.name, self.uid)
 
     @property
     def finished(self) -> bool:

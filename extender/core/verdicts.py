@@ -246,7 +246,7 @@ def never_filtered(member: str) -> str:
             f"spec.schedulerName and that the scheduler's extender config points at railyard)")
 
 
-# -- preemption (core.gangs.preemption, extender/preempting.py) -----------------------------------------
+# -- preemption (core.gangs.preemption, service/preemption.py) ------------------------------------
 
 
 def _pods(n: int) -> str:

@@ -130,11 +130,11 @@ def test_the_convention_settings_reach_the_translator_and_the_service(tmp_path):
     with FakeApiServer() as fake:
         application = app.build(s, client=fake.client())
         assert application.cache.translator.volcano_tiers == ("nvlink", "network.topology.nvidia.com/leaf")
-        assert application.service.settings.gangs.settle_seconds == 2.5
+        assert application.service.ctx.settings.gangs.settle_seconds == 2.5
         # The service waits for every kind the cache lists, the four PodGroup APIs and the four
         # DRA kinds included.
-        assert application.service.kinds == tuple(r.kind for r in application.cache.resources)
-        assert len(application.service.kinds) == 10
+        assert application.service.sink.kinds == tuple(r.kind for r in application.cache.resources)
+        assert len(application.service.sink.kinds) == 10
     path.write_text("placement: {volcano_tiers: [leaf, leaf]}\ngangs: {settle_seconds: -1}\n")
     with pytest.raises(app.ConfigError) as exc:
         app.load_settings(str(path), {})

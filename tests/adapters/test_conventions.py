@@ -16,7 +16,7 @@ from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, SCHEDULER_PLUG
 from extender.core.gangs import gangspec
 from extender.core.model import MIN_MEMBER, PREFERRED, REQUIRED
 from extender.settings import DEFAULT_GPU_RESOURCE
-from extender.whatif import WhatIf
+from extender.service.whatif import WhatIf
 from tests.topologies import TRANSLATE, TWO_RACKS, cluster, pod
 
 LEAF = "network.topology.nvidia.com/leaf"

@@ -15,6 +15,7 @@ from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import DRA_RESOURCES, GROUPS, NODES, PODGROUPS, PODS, WatchCache
 from extender.adapters.metrics import Metrics
+from extender.core.model import PodRef
 from tests.topologies import TRANSLATE
 from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
 
@@ -239,7 +240,7 @@ def test_bind_posts_the_binding_with_uid(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-0/binding"
     apiserver.reply("POST", path, 201, {"kind": "Status", "status": "Success", "code": 201})
     b = binder(apiserver, Metrics(CollectorRegistry()))
-    b.bind("ml", "llama-0", "uid-1", "gpu-002")
+    b.bind(PodRef("ml", "llama-0", "uid-1"), "gpu-002")
     b.close()
     assert apiserver.seen("POST", path) == [({}, {
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "llama-0", "namespace": "ml", "uid": "uid-1"},
@@ -254,7 +255,7 @@ def test_a_members_mark_carries_its_round_and_its_address_in_one_merge_patch(api
     address = Address("ml/llama-3", "gpu-002", 3, 1, (Place("network.topology.nvidia.com/leaf", "leaf", "s1/l2"),
                                                        Place("network.topology.nvidia.com/accelerator", "nvlink",
                                                              "s1/l2/n3")))
-    assert b.mark_all([("ml", "llama-3", "uid-3", BindingMark("r1", "gpu-002", 8, address))]) == [None]
+    assert b.mark_all([(PodRef("ml", "llama-3", "uid-3"), BindingMark("r1", "gpu-002", 8, address))]) == [None]
     b.close()
     ((_, body),) = apiserver.seen("PATCH", path)
     assert body == {"metadata": {"uid": "uid-3", "annotations": {
@@ -273,7 +274,7 @@ def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
     metrics = Metrics(CollectorRegistry())
     b = binder(apiserver, metrics)
     with pytest.raises(errors.Conflict) as exc:
-        b.bind("ml", "llama-0", "uid-1", "gpu-002")
+        b.bind(PodRef("ml", "llama-0", "uid-1"), "gpu-002")
     b.close()
     assert str(exc.value) == (f"binding pod ml/llama-0 to gpu-002 failed: POST {path}: 409 Operation cannot be "
                               'fulfilled on pods/binding "llama-0": pod llama-0 is already assigned to node "gpu-001"')
@@ -285,7 +286,7 @@ def test_bind_without_an_api_server_is_unavailable():
         port = s.getsockname()[1]
     b = KubeBinder(Api(ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))), Metrics(CollectorRegistry()))
     with pytest.raises(errors.Unavailable, match="binding pod ml/p to n failed: POST"):
-        b.bind("ml", "p", "u", "n")
+        b.bind(PodRef("ml", "p", "u"), "n")
     b.close()
 
 
@@ -297,7 +298,7 @@ def test_bind_conflict_on_a_pod_already_on_that_node_is_success(apiserver):
                     {**pod("llama-0"), "metadata": {**pod("llama-0")["metadata"], "uid": "uid-1"},
                      "spec": {"nodeName": "gpu-002"}})
     b = binder(apiserver, Metrics(CollectorRegistry()))
-    b.bind("ml", "llama-0", "uid-1", "gpu-002")
+    b.bind(PodRef("ml", "llama-0", "uid-1"), "gpu-002")
     b.close()
 
 
@@ -305,8 +306,8 @@ def test_delete_pod_with_uid_precondition_and_gone_is_fine(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-0"
     apiserver.reply("DELETE", path, 200, pod("llama-0"))
     b = binder(apiserver, Metrics(CollectorRegistry()))
-    b.delete_pod("ml", "llama-0", "uid-1")
-    b.delete_pod("ml", "llama-0", "uid-1")  # second time: 404, already gone
+    b.delete_pod(PodRef("ml", "llama-0", "uid-1"))
+    b.delete_pod(PodRef("ml", "llama-0", "uid-1"))  # second time: 404, already gone
     b.close()
     assert [body["preconditions"] for _, body in apiserver.seen("DELETE", path)] == [{"uid": "uid-1"}] * 2
 

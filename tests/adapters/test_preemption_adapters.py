@@ -14,6 +14,7 @@ from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.kubeobjects import pod_facts
 from extender.adapters.metrics import Metrics
+from extender.core.model import PodRef
 from tests.adapters.fake_apiserver import FakeApiServer, status
 
 PATH = "/api/v1/namespaces/lo/pods/p-a1/eviction"
@@ -69,8 +70,8 @@ def test_evict_posts_an_eviction_with_the_uid_and_a_dry_run_asks_only(binder):
     fake, b = binder
     fake.reply("POST", PATH, 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
     fake.reply("POST", PATH, 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
-    assert b.evict("lo", "p-a1", "uid-1", dry_run=True) is None
-    assert b.evict("lo", "p-a1", "uid-1") is None
+    assert b.evict(PodRef("lo", "p-a1", "uid-1"), dry_run=True) is None
+    assert b.evict(PodRef("lo", "p-a1", "uid-1")) is None
     bodies = [body for _, body in fake.seen("POST", PATH)]
     assert bodies == [
         {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p-a1", "namespace": "lo"},
@@ -90,9 +91,9 @@ def test_a_budget_that_allows_no_disruption_is_a_refusal_with_the_api_servers_wo
                                                                       "pods and has 1 currently"}]}})
     fake.reply("POST", PATH, 500, status(500, "This pod has more than one PodDisruptionBudget, which the eviction "
                                               "subresource does not support."))
-    assert b.evict("lo", "p-a1", "uid-1", dry_run=True) == \
+    assert b.evict(PodRef("lo", "p-a1", "uid-1"), dry_run=True) == \
         "429 Cannot evict pod as it would violate the pod's disruption budget."
-    assert b.evict("lo", "p-a1", "uid-1") == \
+    assert b.evict(PodRef("lo", "p-a1", "uid-1")) == \
         "500 This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 
 
@@ -101,12 +102,12 @@ def test_a_pod_already_gone_or_replaced_is_evicted(binder):
     fake.reply("POST", PATH, 409, status(409, "the UID in the precondition (uid-1) does not match the UID in record "
                                               "(uid-2). The object might have been deleted and then recreated",
                                          "Conflict"))
-    assert b.evict("lo", "p-a1", "uid-1") is None
-    assert b.evict("lo", "p-a1", "uid-1") is None  # nothing queued: the stand-in answers 404
+    assert b.evict(PodRef("lo", "p-a1", "uid-1")) is None
+    assert b.evict(PodRef("lo", "p-a1", "uid-1")) is None  # nothing queued: the stand-in answers 404
 
 
 def test_throttling_is_no_refusal_it_raises(binder):
     fake, b = binder
     fake.reply("POST", PATH, 429, status(429, "Too many requests, please try again later.", "TooManyRequests"))
     with pytest.raises(errors.Unavailable, match=r"evicting pod lo/p-a1 \(uid uid-1\) failed: POST .*: 429 Too many"):
-        b.evict("lo", "p-a1", "uid-1")
+        b.evict(PodRef("lo", "p-a1", "uid-1"))

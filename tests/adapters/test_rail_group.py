@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from extender.adapters.kubeobjects import detect_levels, explicit_levels
 from extender.core.model import NodeFacts
-from extender.whatif import WhatIf
+from extender.service.whatif import WhatIf
 from tests.topologies import TRANSLATE, gang
 
 LEAF, SPINE = "network.topology.nvidia.com/leaf", "network.topology.nvidia.com/spine"

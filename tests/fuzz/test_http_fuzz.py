@@ -32,7 +32,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, databas
 @pytest.fixture(scope="module")
 def live():
     live = Live()
-    live.ext.pods.max_unshown, live.ext.pods.max_unshown_bytes = 200, 8 << 20  # reached within the run
+    live.ext.ctx.pods.max_unshown, live.ext.ctx.pods.max_unshown_bytes = 200, 8 << 20  # reached within the run
     with LogWatch() as watch:
         live.watch = watch
         live.held = 0
@@ -66,7 +66,7 @@ def record(live: Live, verb: str, value: object, got: tuple[int, bytes] | None) 
     if verb == "filter" and got is not None and got[0] == 200 and reply["NodeNames"]:
         meta = value["Pod"]["metadata"]
         ns = meta.get("namespace") or "default"
-        if live.ext.pods.seen_pod(f"{ns}/{meta['name']}"):
+        if live.ext.ctx.pods.seen_pod(f"{ns}/{meta['name']}"):
             live.steered.append((ns, meta["name"], meta.get("uid") or "x", reply["NodeNames"][0]))
 
 
@@ -149,6 +149,6 @@ def test_zzz_after_the_fuzz(live):
     live.clock.now += 61  # and the gang book's next collection
     live.ext.explain("fuzz/tick")
     assert live.held_state() == {"pending": 0, "seen": 0, "unshown": 0, "gangs": 0, "reservations": 0}, (
-        live.ext.debug_gangs(), live.ext.state.reservations())
+        live.ext.debug_gangs(), live.ext.ctx.state.reservations())
     live.assert_a_real_gang_binds_whole()
     assert live.watch.problems() == []

@@ -39,7 +39,7 @@ def test_healthz_and_readyz_answer_while_a_filter_waits_for_the_service_lock(big
     # The lock held here stands for any long call under it: a relist, a large PlanGang.
     body = {"Pod": pod("solo", 8, ns="loop"), "NodeNames": big.node_names[:500]}
     replies = []
-    with big.ext._cond:
+    with big.ext.ctx.cond:
         t = threading.Thread(target=lambda: replies.append(big.post("filter", body)))
         t.start()
         time.sleep(0.2)  # the filter is waiting on the lock now

@@ -36,10 +36,10 @@ def test_pods_that_never_existed_cost_at_most_the_bound():
             assert status == 200
         gc.collect()
         grown = rss_bytes() - before
-        count, size = live.ext.pods.unshown()
+        count, size = live.ext.ctx.pods.unshown()
         # The bound is applied as each call starts: the pod of the last call comes on top.
         assert size <= MAX_UNSHOWN_BYTES + 2 * KEPT and count < CALLS / 2, (count, size)
-        assert live.ext.pods.forgotten >= CALLS - count
+        assert live.ext.ctx.pods.forgotten >= CALLS - count
         assert CALLS * KEPT > 140 << 20  # what keeping them all would cost
         assert grown < 96 << 20, f"RSS grew {grown >> 20} MiB"
         live.forget_the_fuzz()

@@ -145,7 +145,7 @@ def test_plan_gang_answers_without_reserving(served):
     (plan,) = reply.gangs
     assert (plan.gang, plan.feasible, dict(plan.placement)) == ("ml/g", True, {"ml/g-0": "h1", "ml/g-1": "h2"})
     assert plan.level == "network.topology.nvidia.com/accelerator" and list(plan.domain) == ["b1", "r1", "n1"]
-    assert served.ext.state.reservations() == {}
+    assert served.ext.ctx.state.reservations() == {}
     code, _ = code_of(lambda: served.stub.PlanGang(pb.PlanGangRequest()))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
@@ -196,7 +196,7 @@ def test_watch_gangs_lists_then_streams_changes(served):
         ("ml/g", "", "", "pending"), ("ml/g", "pending", "planned", "planned")]
     assert got[1].reason.startswith("gang ml/g: 2 pods, 16 GPUs on 2 nodes")
     stream.cancel()
-    wait_until(lambda: not served.ext._watchers)  # the stream unsubscribed when its client left
+    wait_until(lambda: not served.ext.ctx.watchers)  # the stream unsubscribed when its client left
 
 
 def test_health_follows_readiness_and_reflection_lists_the_services():

@@ -51,7 +51,7 @@ def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs
                                                               for n in NODES}
     v = ext.filter(pods[1], NODES)
     assert v.node_names == () and v.failed_unresolvable["h1"] == f"gang ml/g: pod ml/g-0: {problem}"
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_a_reason_is_cut_to_its_bound_however_long_the_names_quoted():
@@ -71,15 +71,15 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     ghosts = gang("ghost", 2, 8, annotations=SIZE_2)  # never created: the watch will not show them
     for p in ghosts:
         assert len(ext.filter(p, NODES).node_names) == 1
-    assert set(ext.state.reservations()) == {"ml/ghost"}
+    assert set(ext.ctx.state.reservations()) == {"ml/ghost"}
     assert binder.events == []  # no Event about pods the API server does not have
     clock.now += SEEN_TTL_SECONDS - 1
     ext.debug_gangs(), ext.explain("ml/ghost-0")  # ticks
-    assert set(ext.state.reservations()) == {"ml/ghost"}
+    assert set(ext.ctx.state.reservations()) == {"ml/ghost"}
     clock.now += 1
     ext.explain("ml/nobody")
-    assert ext.state.reservations() == {}
-    assert ext.pods.unshown() == (0, 0) and ext.pods.pending_pod("ml/ghost-0") is None
+    assert ext.ctx.state.reservations() == {}
+    assert ext.ctx.pods.unshown() == (0, 0) and ext.ctx.pods.pending_pod("ml/ghost-0") is None
     assert changes[-1]["event"] == "member_lost" and changes[-1]["reason"] == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
                           "never showed the pod (not within 60s of its last filter call); planning again")
 
@@ -106,30 +106,30 @@ def test_a_pod_named_in_another_gang_since_unreserves_the_gang_that_holds_its_sl
     first = gang("a", 1, 8, annotations=SIZE_2)[0]
     first["metadata"]["name"] = "same"
     assert len(ext.filter(first, NODES).node_names) == 1
-    assert set(ext.state.reservations()) == {"ml/a"}
+    assert set(ext.ctx.state.reservations()) == {"ml/a"}
     again = gang("b", 1, 8, annotations={"railyard.io/min-member": "5"})[0]  # the same pod, another group
     again["metadata"]["name"] = "same"
     ext.filter(again, NODES)
     clock.now += SEEN_TTL_SECONDS
     ext.explain("ml/nobody")
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
     lost = [(c["gang"], c["phase"], c["reason"]) for c in changes if c["event"] == "member_lost"]
     assert lost == [("ml/a", "pending", "member ml/same of gang ml/a was forgotten: filter asked about it but "
                                         "the watch never showed the pod (not within 60s of its last filter call); "
                                         "planning again")]
-    assert all(r.phase.value != "planned" for r in ext.book.records())  # none left planned with no slots
+    assert all(r.phase.value != "planned" for r in ext.ctx.book.records())  # none left planned with no slots
 
 
 def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
     ext, binder, clock = extender()
-    ext.pods.max_unshown = 50
+    ext.ctx.pods.max_unshown = 50
     changes = []
     ext.watch_gangs(changes.append)
     for i in range(2000):  # 7 gangs of 8-GPU pods that never existed, each planned when it can be
         ext.filter(pod(f"ghost-{i}", 8, labels={"scheduling.x-k8s.io/pod-group": f"ghost-{i % 7}"},
                        annotations=SIZE_2), NODES)
-    assert ext.pods.unshown()[0] <= 51 and len(ext.pods) <= 51
-    assert ext.pods.forgotten >= 2000 - 51
+    assert ext.ctx.pods.unshown()[0] <= 51 and len(ext.ctx.pods) <= 51
+    assert ext.ctx.pods.forgotten >= 2000 - 51
     lost = [c["reason"] for c in changes if c["event"] == "member_lost"]
     assert lost and all(r.endswith("(more than 50 pods or 32 MiB known only from filter); planning again")
                         for r in lost)
@@ -138,7 +138,7 @@ def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
     create(ext, real)
     plan = {p["metadata"]["name"]: ext.filter(p, NODES).node_names for p in real}
     assert plan == {"real-0": ("h1",), "real-1": ("h2",)}
-    assert set(ext.state.reservations()) == {"ml/real"}
+    assert set(ext.ctx.state.reservations()) == {"ml/real"}
     errors = {}
     t = bind_async(ext, real[0], "h1", errors)
     ext.bind("ml", "real-1", "uid-ml-real-1", "h2")
@@ -150,4 +150,4 @@ def test_the_default_count_bound_holds():
     ext, _, _ = extender()
     for i in range(MAX_UNSHOWN + 200):
         ext.filter(pod(f"ghost-{i}", 1), ["h1"])
-    assert ext.pods.unshown()[0] <= MAX_UNSHOWN + 1
+    assert ext.ctx.pods.unshown()[0] <= MAX_UNSHOWN + 1

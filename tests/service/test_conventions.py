@@ -74,7 +74,7 @@ def test_members_created_one_by_one_are_held_until_the_last_exists_then_bound_wh
         plan[key(p)] = v.node_names[0]
         if i == 0:
             # Planned at the first member with slots for all three: the size is the PodGroup's.
-            assert len(ext.state.reservation("ml/g").slots) == 3
+            assert len(ext.ctx.state.reservation("ml/g").slots) == 3
         if i < 2:
             threads.append(bind_async(ext, p, plan[key(p)], errors))
             wait_until(lambda: ext.debug_gangs()[0]["phase"] == f"waiting at bind {i + 1}/3")
@@ -101,15 +101,15 @@ def test_a_podgroups_required_level_bounds_the_gang():
 
 def test_two_conventions_groups_with_one_name_stay_apart_and_a_relist_replaces_only_its_kind():
     ext, _, _ = extender(groups=[podgroup(VOLCANO, 3), podgroup(KAI, 2)])
-    assert {i: g.key for i, g in ext.groups.items()} == {(VOLCANO, "ml/g"): "ml/g", (KAI, "ml/g"): "ml/g"}
+    assert {i: g.key for i, g in ext.ctx.groups.items()} == {(VOLCANO, "ml/g"): "ml/g", (KAI, "ml/g"): "ml/g"}
     ext.relisted(VOLCANO, [])
-    assert set(ext.groups) == {(KAI, "ml/g")}
+    assert set(ext.ctx.groups) == {(KAI, "ml/g")}
     p = member(KAI, 0)
     create(ext, [p])
     ext.filter(p, NODES)
-    assert len(ext.state.reservation("ml/g").slots) == 2
-    ext.group_deleted(ext.groups[(KAI, "ml/g")])
-    assert ext.groups == {}
+    assert len(ext.ctx.state.reservation("ml/g").slots) == 2
+    ext.group_deleted(ext.ctx.groups[(KAI, "ml/g")])
+    assert ext.ctx.groups == {}
 
 
 def test_not_ready_until_every_kind_of_group_is_listed():
@@ -143,7 +143,7 @@ def test_a_gang_of_undeclared_size_waits_holding_nothing_until_no_member_is_new_
         with pytest.raises(Settling) as no:
             ext.filter(pods[0], NODES)
         assert str(no.value) == settling(i + 1, 0.5)
-        assert ext.state.reservations() == {}
+        assert ext.ctx.state.reservations() == {}
         clock.now += 2.5  # the next member comes 3 s after this one: inside the settle time
     # 3.0 s since the newest member: explain says so with the numbers of now.
     got = ext.explain("ml/g-1")
@@ -155,7 +155,7 @@ def test_a_gang_of_undeclared_size_waits_holding_nothing_until_no_member_is_new_
     clock.now += 0.1
     plan = {key(p): ext.filter(p, NODES).node_names for p in pods}
     assert set(plan.values()) == {("h1",), ("h2",), ("h3",)}  # whole, in rack r1
-    assert len(ext.state.reservation("ml/g").slots) == 3
+    assert len(ext.ctx.state.reservation("ml/g").slots) == 3
     errors = {}
     threads = [bind_async(ext, p, plan[key(p)][0], errors) for p in pods[:2]]
     wait_until(lambda: ext.debug_gangs()[0]["phase"] == "waiting at bind 2/3")
@@ -178,9 +178,9 @@ def test_a_member_seen_again_is_not_new_and_settle_zero_plans_at_once():
     ext, _, _ = extender(settle=0.0)
     create(ext, [p])
     assert len(ext.filter(p, NODES).node_names) == 1
-    assert len(ext.arrivals) == 1
+    assert len(ext.ctx.arrivals) == 1
     ext.pod_deleted(p)
-    assert len(ext.arrivals) == 0  # nothing left waiting: forgotten
+    assert len(ext.ctx.arrivals) == 0  # nothing left waiting: forgotten
 
 
 # -- kube-scheduler's pod-group cycle: one filter call per pod per candidate placement ----------
@@ -220,7 +220,7 @@ def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refu
     assert answers[0] == answers[1] == answers[2] and len(answers[0]) == 1
     (rack, steered), = answers[0].items()
     assert sorted(n for (n,) in steered.values()) == PLACEMENTS[rack][:2]
-    rec = ext.book.get("ml/g")
+    rec = ext.ctx.book.get("ml/g")
     assert (rec.phase.value, rec.refused) == ("planned", {})  # no placement counted as a refusal
     # Every node of a losing placement says where the gang is planned.
     other = next(r for r in PLACEMENTS if r != rack)

@@ -25,7 +25,7 @@ def test_explain_a_waiting_gang_gives_its_numbers_and_leaves_the_reservation_alo
     pods = gang("g", 2, 8, annotations={"railyard.io/required-topology": "nvlink",
                                         "railyard.io/timeout-seconds": "30"})
     plan = steer(ext, pods)
-    before = dict(ext.state.reservations())
+    before = dict(ext.ctx.state.reservations())
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
     wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
@@ -39,7 +39,7 @@ def test_explain_a_waiting_gang_gives_its_numbers_and_leaves_the_reservation_alo
     # Its own 16 GPUs are given back for the table: n1 holds the whole gang.
     assert got["fit"][0] == {"domain": ["b1", "r1", "n1"], "nodes": 2, "gpus": 16, "available_gpus": 16,
                              "fits": 2, "blocked_nodes": 0, "slices": 0}
-    assert ext.state.reservations() == before
+    assert ext.ctx.state.reservations() == before
     clock.now += 30
     t.join(5)
 
@@ -61,7 +61,7 @@ def test_plan_gang_reserves_nothing():
     ext, _, _ = extender()
     answers = ext.plan_gang(gang("g", 2, 8))
     assert [(a.gang, a.feasible, sorted(a.placement.values())) for a in answers] == [("ml/g", True, ["h1", "h2"])]
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
     assert ext.plan_gang(gang("g", 9, 8))[0].feasible is False
 
 
@@ -97,4 +97,4 @@ def test_explain_a_gang_kube_scheduler_never_sent_says_so_and_what_planning_woul
         "not planned yet: kube-scheduler has not sent ml/g-0 to railyard's filter (check spec.schedulerName "
         "and that the scheduler's extender config points at railyard); planned now: gang ml/g: 2 pods, "
         "16 GPUs on 2 nodes within network.topology.nvidia.com/accelerator b1/r1/n1")
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}

@@ -53,7 +53,7 @@ def test_refused_everywhere_the_reason_names_the_refused_nodes():
     reason = v.failed["a1"]
     assert reason == ("gang ml/g needs 3 pods x 8 GPUs within one network.topology.nvidia.com/accelerator; "
                       "best nvlink b1/r1/nvl-a fits 2 (1 node refused by kube-scheduler's filters)")
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def run_gang(ext, pods, names=NAMES):
@@ -124,9 +124,9 @@ def test_a_label_added_after_the_topology_was_built_is_seen_by_node_selectors():
     from tests.topologies import TRANSLATE
 
     ext, _, _ = extender(TWO_NVL)
-    ext.state.view()  # the tree is built before the label arrives
+    ext.ctx.state.view()  # the tree is built before the label arrives
     for name in ("b4", "b5", "b6"):
-        n = ext.state.node(name)
+        n = ext.ctx.state.node(name)
         ext.node_upserted(TRANSLATE.node({
             "metadata": {"name": name, "labels": {**n.labels, "team": "late"}},
             "status": {"allocatable": {"nvidia.com/gpu": str(n.gpus), **dict(n.allocatable)}}}))

@@ -21,7 +21,7 @@ from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.core.errors import BadRequest, UnknownPod
 from extender.core.model import PodFacts
 from extender.core.verdicts import FilterVerdict
-from extender.whatif import GangAnswer
+from extender.service.whatif import GangAnswer
 
 WATCH_POLL_SECONDS = 0.5
 """How often a WatchGangs stream with nothing to send checks that its client is still there."""

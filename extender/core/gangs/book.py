@@ -5,6 +5,7 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            grew is unreserved
              unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
+             preempts(rec, reason)         a preemptor's reservation says what it evicts
              steer(rec, member, names)     the member's one planned node, or the reason (a node
                                            kube-scheduler refused: unreserve, plan again without it;
                                            another candidate placement is no refusal)
@@ -16,7 +17,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
     notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
-every call and does the waiting and the Bindings (``extender/service.py``).
+every call and does the waiting and the Bindings (``extender/service/``). Only the book
+writes a record (``tests/core/gangs/test_records.py``); the others read it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.gangs import starvation
-from extender.core.gangs.lifecycle import HOLDING, Event, Phase, next_phase
+from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
 from extender.core.placement.planner import Constraints, NoPlacement, Placement, named_slots, plan
 from extender.core.cluster.topology import Domain, Topology
@@ -175,7 +177,7 @@ class GangBook:
     def prepare(self, rec: GangRecord, member: str) -> None:
         if rec.phase in (Phase.TIMED_OUT, Phase.REJECTED, Phase.BOUND):
             self._step(rec, Event.RETRY)
-        if rec.phase in (Phase.PLANNED, Phase.WAITING) and not rec.sized and member not in rec.members:
+        if rec.phase in RESERVED and not rec.sized and member not in rec.members:
             self.unreserve(rec, Event.RETRY, verdicts.gang_grew(rec.key, member))
 
     def unsettled(self, rec: GangRecord, reason: str) -> None:
@@ -234,6 +236,10 @@ class GangBook:
         self._step(rec, Event.PLANNED)
         self._report()
 
+    def preempts(self, rec: GangRecord, reason: str) -> None:
+        """A preemptor's new reservation: its reason says what it evicts, and where."""
+        rec.reason = reason
+
     def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str]) -> FilterVerdict:
         """The member's one planned node; the reason on every other node. A planned node the
         scheduler's own filters refused (absent from ``names``) is left out from now on and
@@ -273,7 +279,7 @@ class GangBook:
 
     def permit(self, gang: str, member: str, uid: str, node: str, now: float = 0.0) -> PermitDecision:
         rec = self._gangs[gang]
-        if rec.phase not in (Phase.PLANNED, Phase.WAITING):
+        if rec.phase not in RESERVED:
             return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
         slot = self.state.slot_of(member)
         if slot is None or slot.node != node:
@@ -360,7 +366,7 @@ class GangBook:
 
     def member_deleted(self, gang: str, member: str, reason: str = "") -> bool:
         rec = self._gangs.get(gang)
-        if rec is None or rec.phase not in (Phase.PLANNED, Phase.WAITING) or member not in rec.members:
+        if rec is None or rec.phase not in RESERVED or member not in rec.members:
             return False
         self.unreserve(rec, Event.MEMBER_LOST, reason or verdicts.member_deleted(member, gang))
         return True
@@ -368,7 +374,7 @@ class GangBook:
     def node_deleted(self, name: str) -> bool:
         changed = False
         for rec in list(self._gangs.values()):
-            if rec.phase in (Phase.PLANNED, Phase.WAITING) and rec.placement and any(
+            if rec.phase in RESERVED and rec.placement and any(
                     s.node == name for s in rec.placement.slots):
                 self.unreserve(rec, Event.NODE_LOST, verdicts.node_deleted(name, rec.key))
                 changed = True
@@ -379,7 +385,7 @@ class GangBook:
         taint a member does not tolerate) ends the plan at once: unreserve, plan again."""
         changed = False
         for rec in list(self._gangs.values()):
-            if rec.phase not in (Phase.PLANNED, Phase.WAITING) or rec.placement is None:
+            if rec.phase not in RESERVED or rec.placement is None:
                 continue
             if not any(s.node == node.name for s in rec.placement.slots):
                 continue
@@ -395,7 +401,7 @@ class GangBook:
         starvation.lapse(self.state, now)
         for key in self.state.expired(now):
             rec = self._gangs.get(key)
-            if rec is not None and rec.phase in (Phase.PLANNED, Phase.WAITING):
+            if rec is not None and rec.phase in RESERVED:
                 missing = [m for m in rec.members if m not in rec.waiting]
                 reason = verdicts.timed_out(rec.key, len(rec.waiting), rec.min_member, rec.timeout_seconds, missing)
                 self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)

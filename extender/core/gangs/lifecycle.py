@@ -100,6 +100,9 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = parse(LIFECYCLE)
 
 HOLDING = frozenset({Phase.PLANNED, Phase.WAITING, Phase.BINDING})
 """Phases in which the gang holds a reservation."""
+RESERVED = frozenset({Phase.PLANNED, Phase.WAITING})
+"""Phases in which the gang holds a reservation whose Bindings have not gone out: what a lost
+member or node, a deadline, a grown gang or a preemptor can still take back."""
 
 
 class IllegalTransition(ValueError):

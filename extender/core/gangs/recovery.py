@@ -1,7 +1,7 @@
 """Binding rounds left partly bound, finished or undone: the plan outlives the process.
 
 Before the first Binding of a round, every member carries a ``BindingMark`` on its pod (round id,
-node, round size), written through the Binder port. A process that dies in the middle of the
+node, round size), written through the Bindings port. A process that dies in the middle of the
 burst, or loses leadership, leaves the round partly bound; any railyard that serves the
 scheduler afterwards (the restarted one, or the new leader's) sees the marks in its watch cache
 and, once the round has stayed partial for ``grace`` seconds with no plan of its own in progress

@@ -3,7 +3,7 @@
 Members arrive and leave, nodes vanish, deadlines pass, kube-scheduler refuses a planned node,
 a Binding fails, the scheduler retries; after every step: nothing is partly bound, no GPU is
 counted twice, every reservation belongs to a live gang. The machine drives the core the way
-``service.py`` does, call for call, with the I/O (Bindings, evictions) simulated in memory.
+``extender/service/`` does, call for call, with the I/O (Bindings, evictions) simulated in memory.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What-if planning and read-only answers: ``railyard plan`` offline, PlanGang, ExplainPod and
-/debug/gangs on the live state. Nothing here reserves anything it does not give back.
+"""What-if planning and read-only answers: ``railyard plan`` offline; PlanGang, ExplainPod,
+/debug/gangs and WatchGangs on the live state (called under the service lock). Nothing here
+reserves anything it does not give back.
 
 Takes facts (``core.model``), never Kubernetes objects: callers translate at their door.
 """
@@ -9,20 +10,20 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs import gangspec, settle
-from extender.core.placement.address import addresses
-from extender.core.gangs.book import GangBook, GangRecord
-from extender.core.devices.facts import DraFacts
-from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
-from extender.core.gangs.lifecycle import HOLDING, Phase
-from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
-from extender.core.cluster.pods import PodIndex
-from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
 from extender.core.cluster.state import ClusterState, Reservation
 from extender.core.cluster.topology import Topology
+from extender.core.devices.facts import DraFacts
+from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
+from extender.core.gangs import gangspec
+from extender.core.gangs.book import GangRecord
+from extender.core.gangs.lifecycle import HOLDING, RESERVED, Phase
+from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.placement.address import addresses
+from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
+from extender.service.context import Context, gang_change
 from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
@@ -142,7 +143,7 @@ class WhatIf:
                 answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
                 continue
             members = [p for p, _ in sized]
-            spec = gangspec.build(key, members, self.groups.get(members[0].gang.group_id), self.default_timeout)
+            spec = gangspec.build(key, members, _group(self.groups, members[0]), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))
             if isinstance(result, Placement):
@@ -150,42 +151,29 @@ class WhatIf:
         return answers
 
 
-# -- the live state's read-only answers (called under the service lock) -------------------------
+# -- the live state's read-only answers (under the service lock) --------------------------------
 
 
-@dataclass(frozen=True)
-class Live:
-    """The live extender's core objects, as the service holds them."""
-
-    state: ClusterState
-    book: GangBook
-    pods: PodIndex
-    groups: Mapping[tuple[str, str], GroupFacts]
-    default_timeout: float
-    arrivals: settle.Arrivals = field(default_factory=settle.Arrivals)
-    settle_seconds: float = 0.0
-    max_timeout: float = 0.0
-
-
-def plan_gangs(live: Live, pods: Sequence[PodFacts]) -> list[GangAnswer]:
+def plan_gangs(ctx: Context, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     """What-if for the gangs of ``pods`` against the live state, each planned alone with its
     own reservation (if it holds one) given back."""
     answers = []
+    gangs = ctx.settings.gangs
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, live.groups.get(members[0].gang.group_id), live.default_timeout,
-                              max_timeout=live.max_timeout)
-        with own_reservation_returned(live.state, key):
-            answers.append(answer(live.state, plan(spec, live.state.view()), {p.key for p in members}))
+        spec = gangspec.build(key, members, _group(ctx.groups, members[0]), gangs.default_timeout_seconds,
+                              max_timeout=gangs.max_timeout_seconds)
+        with own_reservation_returned(ctx.state, key):
+            answers.append(answer(ctx.state, plan(spec, ctx.state.view()), {p.key for p in members}))
     return answers
 
 
-def debug_gangs(live: Live, now: float) -> list[dict]:
+def debug_gangs(ctx: Context, now: float) -> list[dict]:
     out = []
-    for rec in live.book.records():
+    for rec in ctx.book.records():
         phase = rec.phase.value
         if rec.phase == Phase.WAITING:
             phase = f"waiting at bind {len(rec.waiting)}/{rec.min_member}"
-        held = live.state.reservation(rec.key) if rec.phase in (Phase.PLANNED, Phase.WAITING) else None
+        held = ctx.state.reservation(rec.key) if rec.phase in RESERVED else None
         slots = held.slots if held else rec.placement.slots if rec.placement else ()
         out.append({
             "gang": rec.key,
@@ -193,24 +181,24 @@ def debug_gangs(live: Live, now: float) -> list[dict]:
             "plan": {s.member: s.node for s in slots},  # members that came later by name
             "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             "reason": rec.reason,
-            "slices": slices_json(live.state.topology, rec.placement),
-            "ranks": ranks_json(live.state.topology, rec.placement),
+            "slices": slices_json(ctx.state.topology, rec.placement),
+            "ranks": ranks_json(ctx.state.topology, rec.placement),
         })
     return out
 
 
-def explain(live: Live, pod_key: str, now: float) -> dict | None:
+def explain(ctx: Context, pod_key: str, now: float) -> dict | None:
     """Why a pod waits: its gang's phase and reason, the plan, and how much of the gang each
     domain at the gang's bound level holds. The gang's own reservation is given back for the
     table, so it shows what the gang could get now. None: railyard never saw the pod.
     """
-    pending = live.pods.pending_pod(pod_key)
-    pod = pending or live.pods.seen_pod(pod_key) or live.pods.bound_named(pod_key)
+    pending = ctx.pods.pending_pod(pod_key)
+    pod = pending or ctx.pods.seen_pod(pod_key) or ctx.pods.bound_named(pod_key)
     if pod is None:
         return None
     gang = pod.gang.key
-    rec = live.book.get(gang) if pod.gang.named else None
-    members = sorted(live.pods.pending_of(gang), key=lambda p: p.key)
+    rec = ctx.book.get(gang) if pod.gang.named else None
+    members = sorted(ctx.pods.pending_of(gang), key=lambda p: p.key)
     out: dict[str, Any] = {
         "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pending is not None else "bound",
         "reason": "", "plan": {}, "min_member": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
@@ -220,24 +208,25 @@ def explain(live: Live, pod_key: str, now: float) -> dict | None:
         _describe(out, rec, now)
         if rec.placement is not None and (rec.phase in HOLDING or rec.phase == Phase.BOUND):
             # Held or bound: the addresses its members were (or will be) bound with.
-            out["slices"] = slices_json(live.state.topology, rec.placement)
-            out["ranks"] = ranks_json(live.state.topology, rec.placement)
+            out["slices"] = slices_json(ctx.state.topology, rec.placement)
+            out["ranks"] = ranks_json(ctx.state.topology, rec.placement)
     if not members:
         return out
-    spec = gangspec.build(gang, members, live.groups.get(pod.gang.group_id), live.default_timeout,
-                          max_timeout=live.max_timeout)
+    gangs = ctx.settings.gangs
+    spec = gangspec.build(gang, members, _group(ctx.groups, pod), gangs.default_timeout_seconds,
+                          max_timeout=gangs.max_timeout_seconds)
     if rec is not None and rec.phase == Phase.PENDING:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
-        waiting = settle.unsettled(spec, live.arrivals.last(gang), now, live.settle_seconds)
+        waiting = ctx.unsettled(spec, now)
         if waiting is not None:
             out["reason"] = waiting
-    with own_reservation_returned(live.state, gang):
-        topo = live.state.topology
-        bound_level, rows = domain_fits(spec, live.state.view())
+    with own_reservation_returned(ctx.state, gang):
+        topo = ctx.state.topology
+        bound_level, rows = domain_fits(spec, ctx.state.view())
         if rec is None:
             # Never filtered as a gang: say so, and what planning it now would give.
-            now_plan = answer(live.state, plan(spec, live.state.view()), set()).reason
-            filtered = live.pods.seen_pod(pod_key) is not None
+            now_plan = answer(ctx.state, plan(spec, ctx.state.view()), set()).reason
+            filtered = ctx.pods.seen_pod(pod_key) is not None
             why = verdicts.names_no_gang(pod_key) if filtered else verdicts.never_filtered(pod_key)
             out["reason"] = f"{why}; planned now: {now_plan}"
     out["pods"] = len(spec.demand())
@@ -262,6 +251,20 @@ def _describe(out: dict[str, Any], rec: GangRecord, now: float) -> None:
         out["deadline_in_seconds"] = round(max(rec.deadline - now, 0.0), 1)
 
 
+def watch(ctx: Context, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
+    """Subscribe ``sink`` to gang phase changes (under the lock). Returns every gang as it is
+    now (so nothing falls between the listing and the first change) and a function that
+    unsubscribes. ``sink`` is called under the service lock: it must only enqueue."""
+    ctx.watchers.append(sink)
+    listing = [gang_change(rec) for rec in ctx.book.records()]
+
+    def unsubscribe() -> None:
+        with ctx.cond:
+            if sink in ctx.watchers:
+                ctx.watchers.remove(sink)
+    return listing, unsubscribe
+
+
 @contextmanager
 def own_reservation_returned(state: ClusterState, gang: str) -> Iterator[None]:
     """Plan as if ``gang`` held nothing; its reservation is restored exactly afterwards."""
@@ -271,3 +274,9 @@ def own_reservation_returned(state: ClusterState, gang: str) -> Iterator[None]:
     finally:
         if held is not None:
             state.reserve(held)
+
+
+def _group(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> GroupFacts | None:
+    """The group object the pod's convention names, if railyard has it."""
+    group_id = pod.gang.group_id
+    return groups.get(group_id) if group_id is not None else None

@@ -1,6 +1,5 @@
-"""Gang-aware preemption, orchestrated: the choice is ``core.gangs.preemption``'s, the bookkeeping the
-gang book's; this does the waiting and the Eviction API calls, outside the service lock it
-shares.
+"""Gang-aware preemption, orchestrated: the choice is ``core.gangs.preemption``'s, the bookkeeping
+the gang book's; this does the waiting and the Eviction API calls, outside the service lock.
 
     preempt verb, a gang member -> gang(): choose a domain and victims; release the lower-priority
                                    reservations in it; reserve the domain for the preemptor on
@@ -30,17 +29,15 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs.book import GangBook, GangRecord
+from extender.core.cluster.state import Slot
+from extender.core.cluster.topology import Domain, format_path
+from extender.core.gangs.book import GangRecord
+from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase
 from extender.core.gangs.preemption import Choice, Held, NoChoice, choose, without
-from extender.core.gangs.lifecycle import HOLDING, Event, Phase
 from extender.core.model import GangSpec, PodFacts
 from extender.core.placement.planner import home_domains
-from extender.core.cluster.pods import PodIndex
-from extender.core.ports import Binder
-from extender.core.cluster.state import ClusterState, Slot
-from extender.core.cluster.topology import Domain, format_path
 from extender.core.verdicts import FilterVerdict
-from extender.settings import Settings
+from extender.service.context import Context
 
 Job = Callable[[], None]
 
@@ -48,8 +45,6 @@ log = logging.getLogger("railyard.preempt")
 
 MAX_EVICTION_THREADS = 8
 """Eviction calls of one preemption in flight at once."""
-PREEMPTIBLE = frozenset({Phase.PLANNED, Phase.WAITING})
-"""A gang's reservation is taken only before its Bindings go out (not while binding)."""
 RECHOOSE_SECONDS = 2.0
 """A gang that found nothing to preempt does not look again for this long: every member's
 scheduling attempt asks, and a choice costs tens of milliseconds at thousands of nodes."""
@@ -73,22 +68,10 @@ class Preemption:
         return {v.uid or v.key for v in self.choice.evict}
 
 
-class Preempter:
-    def __init__(self, cond: threading.Condition, state: ClusterState, book: GangBook, pods: PodIndex,
-                 binder: Binder, settings: Settings, clock: Callable[[], float],
-                 spec_of: Callable[[GangRecord, PodFacts], tuple[GangSpec, list[PodFacts], list[PodFacts]]],
-                 unsettled: Callable[[GangSpec, float], str | None],
-                 run: Callable[[Job], None] | None = None) -> None:
-        self._cond = cond
-        self.state, self.book, self.pods, self.binder = state, book, pods, binder
-        self.settings = settings.preemption
-        self.max_timeout = settings.gangs.max_timeout_seconds
-        """kube-scheduler cuts a held bind call at its httpTimeout: the wait is capped below it."""
-        self.clock = clock
-        self.spec_of = spec_of
-        """(spec, pending members, running members) of a gang's round, as filter plans it."""
-        self.unsettled = unsettled
-        """Why a gang of undeclared size is not planned yet (``core.gangs.settle``), or None."""
+class GangPreemption:
+    def __init__(self, ctx: Context, run: Callable[[Job], None] | None = None) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings.preemption
         self.run = run or (lambda job: threading.Thread(target=job, name="railyard-evict", daemon=True).start())
         """Runs a job outside the lock: a thread of its own (tests run it inline)."""
         self._active: dict[str, Preemption] = {}
@@ -106,15 +89,15 @@ class Preempter:
         chooses; one planned, invalid or preempting already asks nothing."""
         if not self.settings.gangs or pod.gpus == 0:
             return []
-        self.book.prepare(rec, pod.key)
+        self.ctx.book.prepare(rec, pod.key)
         if rec.phase != Phase.PENDING:
             return []
-        spec, members, running = self.spec_of(rec, pod)
-        if self.unsettled(spec, now):
+        spec, members, running = self.ctx.request(rec, pod)
+        if self.ctx.unsettled(spec, now):
             return []
-        homes = home_domains(self.state.topology, spec, [p.node for p in running])
+        homes = home_domains(self.ctx.state.topology, spec, [p.node for p in running])
         jobs = self.gang(rec, spec, members, sorted(rec.refused), homes, now)
-        self._cond.notify_all()
+        self.ctx.cond.notify_all()
         return jobs
 
     def gang(self, rec: GangRecord, spec: GangSpec, members: Sequence[PodFacts], refused: Sequence[str],
@@ -128,9 +111,9 @@ class Preempter:
         self._forget(now)
         if self._nothing.get(rec.key, 0.0) > now:
             return []
-        held = [Held(g, self._priority(g, highest=True), r.slots) for g, r in self.state.reservations().items()
-                if not r.bound and g != rec.key and (hr := self.book.get(g)) is not None and hr.phase in PREEMPTIBLE]
-        choice = choose(spec, self.state.view(), members, self.pods.on_node, self.pods.bound_pods, held,
+        held = [Held(g, self._priority(g, highest=True), r.slots) for g, r in self.ctx.state.reservations().items()
+                if not r.bound and g != rec.key and (hr := self.ctx.book.get(g)) is not None and hr.phase in RESERVED]
+        choice = choose(spec, self.ctx.state.view(), members, self.ctx.pods.on_node, self.ctx.pods.bound_pods, held,
                         protected=set(self._protected), leaving=set(self._leaving), refused=refused, homes=homes)
         if isinstance(choice, NoChoice):
             self._nothing[rec.key] = now + RECHOOSE_SECONDS
@@ -143,12 +126,12 @@ class Preempter:
         """A member filtered before its planned node is free waits: kube-scheduler's own filters
         leave the node out while a pod railyard evicted is on it, and for a moment after railyard
         saw it go (the scheduler's cache is a separate watch). That is no refusal of the node."""
-        slot = self.state.slot_of(pod.key) or self._claimable(rec.key, pod)
+        slot = self.ctx.state.slot_of(pod.key) or self._claimable(rec.key, pod)
         if slot is None or slot.node in names or rec.phase not in HOLDING:
             return None
         p = self.active(rec.key)
         cleared = p is not None and slot.node in p.nodes
-        here = [uid for uid in self.pods.on_node(slot.node) if uid in self._leaving
+        here = [uid for uid in self.ctx.pods.on_node(slot.node) if uid in self._leaving
                 or (p is not None and uid in p.victims)]
         if not here and not cleared:
             return None
@@ -177,29 +160,30 @@ class Preempter:
 
     def _take(self, rec: GangRecord, spec: GangSpec, members: Sequence[PodFacts], refused: Sequence[str],
               homes: Sequence[Domain], choice: Choice, now: float) -> list[Job]:
-        word = self.state.topology.level_word(choice.domain.level)
+        word = self.ctx.state.topology.level_word(choice.domain.level)
         where = format_path(choice.domain.path)
         for gang in choice.release:
-            victim = self.book.get(gang)
-            if victim is None or victim.phase not in PREEMPTIBLE:
+            victim = self.ctx.book.get(gang)
+            if victim is None or victim.phase not in RESERVED:
                 continue
             reason = verdicts.reservation_preempted(gang, self._priority(gang, highest=True), rec.key,
                                                     choice.priority, word, where)
-            self.book.unreserve(victim, Event.PREEMPTED, reason)
+            self.ctx.book.unreserve(victim, Event.PREEMPTED, reason)
             self._active.pop(gang, None)
-            self._tell(self.pods.pending_of(gang), "ReservationPreempted", reason)
-        self._cond.notify_all()  # bind calls held for a released gang end now
-        leaving = [p for uid in self._leaving if (p := self.pods.running_pod(uid)) is not None]
-        view = without(self.state.view(), [*choice.evict, *leaving])
+            self._tell(self.ctx.pods.pending_of(gang), "ReservationPreempted", reason)
+        self.ctx.cond.notify_all()  # bind calls held for a released gang end now
+        leaving = [p for uid in self._leaving if (p := self.ctx.pods.running_pod(uid)) is not None]
+        view = without(self.ctx.state.view(), [*choice.evict, *leaving])
         timeout = spec.timeout_seconds + self.settings.victim_wait_seconds
-        waited = replace(spec, timeout_seconds=min(timeout, self.max_timeout) if self.max_timeout else timeout)
-        self.book.reserve(rec, waited, now, refused, [choice.domain], view=view)
+        cap = self.ctx.settings.gangs.max_timeout_seconds  # kube-scheduler cuts a held bind at its httpTimeout
+        waited = replace(spec, timeout_seconds=min(timeout, cap) if cap else timeout)
+        self.ctx.book.reserve(rec, waited, now, refused, [choice.domain], view=view)
         if rec.phase not in HOLDING:  # the planner disagrees with the choice: evict nothing
             self._tell(members, "CannotPreempt", f"{choice.reason}; not started: {rec.reason}")
             return []
-        rec.reason = choice.reason
+        self.ctx.book.preempts(rec, choice.reason)
         log.info("%s (round %d)", choice.reason, rec.round)
-        topo, dom = self.state.topology, choice.domain
+        topo, dom = self.ctx.state.topology, choice.domain
         nodes = frozenset(topo.names[i] for u in choice.units for i, _, _ in u.frees if dom.start <= i < dom.end)
         p = Preemption(choice, spec, tuple(members), tuple(refused), tuple(homes), rec.round, nodes)
         self._active[rec.key] = p
@@ -212,7 +196,7 @@ class Preempter:
         """Ask for every victim first (dry run), then evict them all; a refusal chooses again."""
         victims = p.choice.evict
         refusals = self._ask(victims, dry_run=True)
-        with self._cond:
+        with self.ctx.cond:
             if not self._current(p):
                 return
             if refusals:
@@ -224,15 +208,15 @@ class Preempter:
             self.start(jobs)
             return
         refusals = self._ask(victims, dry_run=False)
-        with self._cond:
-            now = self.clock()
-            word = self.state.topology.level_word(p.choice.domain.level)
+        with self.ctx.cond:
+            now = self.ctx.clock()
+            word = self.ctx.state.topology.level_word(p.choice.domain.level)
             where = format_path(p.choice.domain.path)
             for v in victims:
                 if v.key not in refusals:
                     self._leaving[v.uid or v.key] = now
-                    whole = v.gang.key if v.gang.named and len(self.pods.bound_uids(v.gang.key)) > 1 else None
-                    self.binder.event(v, "Preempted", verdicts.preempted_pod(
+                    whole = v.gang.key if v.gang.named and len(self.ctx.pods.bound_uids(v.gang.key)) > 1 else None
+                    self.ctx.ports.events.event(v, "Preempted", verdicts.preempted_pod(
                         v.key, v.priority, p.choice.gang, p.choice.priority, word, where, whole), "Normal")
             jobs = self._refused(p, refusals) if refusals and self._current(p) else []
             if not refusals:
@@ -243,7 +227,7 @@ class Preempter:
         """pod key -> why its eviction was refused (or failed), for the victims that were."""
         def one(v: PodFacts) -> str | None:
             try:
-                return self.binder.evict(v.namespace, v.name, v.uid, dry_run=dry_run)
+                return self.ctx.ports.evictions.evict(v.ref, dry_run=dry_run)
             except Exception as exc:  # the binder's errors carry the API server's words
                 return str(exc)
 
@@ -253,29 +237,29 @@ class Preempter:
 
     def _refused(self, p: Preemption, refusals: dict[str, str]) -> list[Job]:
         """Protect the refused pods for a while, give the domain back, choose again."""
-        now = self.clock()
+        now = self.ctx.clock()
         by_key = {v.key: v for v in p.choice.evict}
         for key in refusals:
             self._protected[by_key[key].uid or key] = now + self.settings.blocked_seconds
         reason = verdicts.eviction_blocked(p.choice.gang, refusals, self.settings.blocked_seconds)
         log.info("%s", reason)
         self._tell(p.members, "PreemptionBlocked", reason)
-        rec = self.book.get(p.choice.gang)
+        rec = self.ctx.book.get(p.choice.gang)
         self._active.pop(p.choice.gang, None)
         if rec is None:
             return []
-        self.book.unreserve(rec, Event.RETRY, reason)
-        self._cond.notify_all()
+        self.ctx.book.unreserve(rec, Event.RETRY, reason)
+        self.ctx.cond.notify_all()
         return self.gang(rec, p.spec, p.members, p.refused, p.homes, now)
 
     def _claimable(self, gang: str, pod: PodFacts) -> Slot | None:
         """The slot a member created after planning would claim in filter (``state.claim_slot``)."""
-        res = self.state.reservation(gang)
+        res = self.ctx.state.reservation(gang)
         return next((s for s in res.slots if s.member.startswith(f"{gang}#") and s.gpus == pod.gpus), None) \
             if res is not None else None
 
     def _current(self, p: Preemption) -> bool:
-        rec = self.book.get(p.choice.gang)
+        rec = self.ctx.book.get(p.choice.gang)
         return (self._active.get(p.choice.gang) is p and rec is not None and rec.round == p.round
                 and rec.phase in HOLDING)
 
@@ -288,12 +272,12 @@ class Preempter:
     def _priority(self, gang: str, highest: bool = False) -> int:
         """A reserved gang's priority from its pending members: the highest protects it from
         preemption, the lowest is what it preempts with."""
-        priorities = [p.priority for p in self.pods.pending_of(gang)]
+        priorities = [p.priority for p in self.ctx.pods.pending_of(gang)]
         return (max if highest else min)(priorities, default=0)
 
     def _tell(self, pods: Sequence[PodFacts], reason: str, message: str, type_: str = "Warning") -> None:
         for pod in pods:
-            self.binder.event(pod, reason, message, type_)
+            self.ctx.ports.events.event(pod, reason, message, type_)
 
 
 def _logged(job: Job) -> None:
