@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import ssl
 import sys
-import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,10 @@ from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import KINDS, WatchCache
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
+from extender.adapters.tls import CertificateReloader
 from extender.core.ports import Ports
 from extender.service import TopologyExtender
-from extender.settings import Settings, deprecations, from_mapping
+from extender.settings import Settings, deprecations, from_mapping, listen_address
 
 log = logging.getLogger("railyard")
 
@@ -52,46 +52,6 @@ class ConfigError(Exception):
     """Settings or files that railyard cannot start with; the message lists every problem."""
 
 
-class CertificateReloader:
-    """Re-reads the HTTPS certificate and key into the serving SSLContext when either file
-    changes (cert-manager rotates Secrets in place); new handshakes get the new pair. A failed
-    read (a half-written rotation) keeps the previous pair and is tried again next time.
-    """
-
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, interval: float = 10.0) -> None:
-        self.context, self.cert_file, self.key_file, self.interval = context, cert_file, key_file, interval
-        self._stamp = self._mtimes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tls-reload", daemon=True)
-
-    def _mtimes(self) -> tuple[int, int]:
-        return os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns
-
-    def check(self) -> bool:
-        """Reload if the files changed; True when a new pair was loaded."""
-        try:
-            stamp = self._mtimes()
-            if stamp == self._stamp:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            log.warning("TLS certificate %s not reloaded: %s", self.cert_file, exc)
-            return False
-        self._stamp = stamp
-        log.info("TLS certificate %s reloaded", self.cert_file)
-        return True
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.check()
-
-
 @dataclass
 class App:
     settings: Settings
@@ -105,6 +65,7 @@ class App:
     metrics_server: Any = None
     """The /metrics-only listener (``server.metrics_listen``), once started."""
     tls_reloader: CertificateReloader | None = None
+    """Re-reads the HTTPS certificate and key into the serving SSLContext when they change."""
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
@@ -113,8 +74,8 @@ class App:
         if self.grpc is not None:
             self.grpc.start()
         if self.settings.server.metrics_listen:
-            host, _, port = self.settings.server.metrics_listen.rpartition(":")
-            self.metrics_server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=self.metrics.registry)
+            host, port = listen_address(self.settings.server.metrics_listen)
+            self.metrics_server, _ = start_http_server(port, addr=host, registry=self.metrics.registry)
         if self.tls_reloader is not None:
             self.tls_reloader.start()
         self.cache.start()
@@ -236,7 +197,8 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
             context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load TLS certificate {s.tls_cert_file} / key {s.tls_key_file}: {exc}") from None
-        reloader = CertificateReloader(context, s.tls_cert_file, s.tls_key_file)
+        reloader = CertificateReloader((s.tls_cert_file, s.tls_key_file),
+                                       partial(context.load_cert_chain, s.tls_cert_file, s.tls_key_file))
     server = ExtenderServer(service, metrics, translator, settings=s,
                             ready_checks={"watch-cache": cache.synced}, ssl_context=context)
     g = settings.grpc

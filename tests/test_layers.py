@@ -19,11 +19,11 @@ FLOORS = (
     ("extender.core", 0),
     ("extender.settings", 0),
     ("extender.api", 0),  # generated protobuf code and its generator
-    ("extender.topotext", 1),
-    ("extender.localcluster", 1),  # a wing: nobody below commands imports it (test below)
     ("extender.service", 2),
     ("extender.adapters", 4),
     ("extender.app", 5),
+    ("extender.topotext", 5),  # the drawing format: its words become the label presets' keys
+    ("extender.localcluster", 5),  # a wing: nobody below commands imports it (test below)
     ("extender.commands", 6),
     ("extender.cli", 7),
     ("extender.__main__", 8),

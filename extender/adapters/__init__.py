@@ -7,6 +7,7 @@
                   server reads them.
     echo.py       quoting what a client sent in the messages sent back, cut short.
     metrics.py    every Prometheus collector railyard exports (the Observer port).
+    tls.py        certificate files re-read when they change, for the HTTPS and gRPC servers.
     k8s/          the API server: list and watch into the service, Bindings, evictions, Events.
     http/         the kube-scheduler extender wire protocol over HTTP.
     grpc/         railyard's gRPC API (verbs, PlanGang, ExplainPod, WatchGangs).

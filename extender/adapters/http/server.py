@@ -51,7 +51,7 @@ from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 from extender.adapters.http.verbs import VERBS
 from extender.core.errors import BadRequest, Overloaded, RailyardError
-from extender.settings import ServerSettings
+from extender.settings import ServerSettings, listen_address
 
 log = logging.getLogger("railyard.http")
 
@@ -163,8 +163,7 @@ class ExtenderServer:
         self.limits = settings
         prefix = settings.prefix
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-        host, _, port = settings.listen.rpartition(":")
-        self._host, self._port = host.strip("[]"), int(port)
+        self._host, self._port = listen_address(settings.listen)
         self._ready_checks = dict(ready_checks or {})
         self._ssl = ssl_context
         self._counters = _Counters()
