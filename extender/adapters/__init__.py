@@ -6,6 +6,7 @@
     quantity.py   Kubernetes resource quantities and annotation integers, read as the API
                   server reads them.
     echo.py       quoting what a client sent in the messages sent back, cut short.
+    answers.py    the service's read-only answers as JSON (/debug/gangs, ``railyard plan``).
     metrics.py    every Prometheus collector railyard exports (the Observer port).
     tls.py        certificate files re-read when they change, for the HTTPS and gRPC servers.
     k8s/          the API server: list and watch into the service, Bindings, evictions, Events.

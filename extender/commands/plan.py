@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from extender.adapters import kubeobjects as ko
-from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
+from extender.adapters.answers import plan_json
 from extender.service.whatif import WhatIf
+from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
 
 
 class InputError(Exception):
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                          dra, args.gpu_resource, args.rail_attribute)
     answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
     out = {
-        "gangs": [a.to_json() for a in answers],
+        "gangs": [plan_json(a) for a in answers],
         "topology": {
             "levels": [lvl.key for lvl in whatif.state.levels],
             "problems": whatif.problems,

@@ -1,6 +1,8 @@
 """The live extender, one job a module, every part sharing one small ``Context`` (no
 transport, no decision of its own: the core decides, the adapters translate).
 
+    answers.py     the read-only answers as frozen values (what-if plans, explanations, gang
+                   views and changes); the adapters make them JSON or protobuf.
     context.py     the shared context: the lock around the core's state, the ports, the
                    settings and the clock; ``tick`` (time applied) and ``changed`` (the
                    book's notices sent, waiters woken).

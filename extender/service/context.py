@@ -22,6 +22,7 @@ from extender.core.gangs.lifecycle import Event, Phase
 from extender.core.gangs.recovery import Rounds
 from extender.core.model import GangSpec, GroupFacts, PodFacts, PodRef
 from extender.core.ports import Ports
+from extender.service.answers import GangChange
 from extender.settings import Settings
 
 T = TypeVar("T")
@@ -49,7 +50,7 @@ class Context:
         self.rounds = Rounds()
         self.devices = DeviceLedger(settings.placement.gpu_resource, settings.dra.device_classes,
                                     settings.dra.rail_attribute, settings.topology_attributes())
-        self.watchers: list[Callable[[dict], None]] = []
+        self.watchers: list[Callable[[GangChange], None]] = []
         """WatchGangs subscribers; each is called under the lock and must only enqueue."""
 
     def changed(self, wake: bool = True) -> None:
@@ -107,15 +108,9 @@ class Context:
 
     def _publish(self, rec: GangRecord, previous: Phase | None, event: Event | None) -> None:
         if self.watchers:
-            change = gang_change(rec, previous, event)
+            change = GangChange.of(rec, previous, event)
             for sink in list(self.watchers):
                 sink(change)
-
-
-def gang_change(rec: GangRecord, previous: Phase | None = None, event: Event | None = None) -> dict:
-    """A gang's phase change as WatchGangs sends it; a listing has no previous phase nor event."""
-    return {"gang": rec.key, "phase": rec.phase.value, "previous": previous.value if previous else "",
-            "event": event.value if event else "", "reason": rec.reason}
 
 
 def per_pod(call: Callable[[Sequence[tuple[PodRef, T]]], Sequence[Exception | None]],

@@ -15,13 +15,13 @@ from extender.core.model import GroupFacts, NodeFacts, PodFacts
 from extender.core.ports import Ports
 from extender.core.verdicts import FilterVerdict
 from extender.service import whatif
+from extender.service.answers import Explanation, GangAnswer, GangChange, GangView
 from extender.service.context import Context
 from extender.service.gate import PermitGate
 from extender.service.preemption import GangPreemption
 from extender.service.recovery import Recovery
 from extender.service.sink import KINDS, CacheSink
 from extender.service.verbs import Verbs
-from extender.service.whatif import GangAnswer
 from extender.settings import Settings
 
 
@@ -84,11 +84,11 @@ class TopologyExtender:
 
     # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) -------------------------
 
-    def debug_gangs(self) -> list[dict]:
+    def debug_gangs(self) -> list[GangView]:
         with self.ctx.cond:  # time applied first: no deadline shown passed, no forgotten pod shown
             return whatif.debug_gangs(self.ctx, self.ctx.tick())
 
-    def explain(self, pod_key: str) -> dict | None:
+    def explain(self, pod_key: str) -> Explanation | None:
         with self.ctx.cond:
             return whatif.explain(self.ctx, pod_key, self.ctx.tick())
 
@@ -96,7 +96,7 @@ class TopologyExtender:
         with self.ctx.cond:
             return whatif.plan_gangs(self.ctx, [self.ctx.devices.size(p)[0] for p in pods])
 
-    def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
+    def watch_gangs(self, sink: Callable[[GangChange], None]) -> tuple[list[GangChange], Callable[[], None]]:
         """Subscribe ``sink`` to gang phase changes: every gang as it is now, then each change;
         and a function that unsubscribes. ``sink`` is called under the service lock: it must
         only enqueue."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from extender.core import verdicts
 from extender.core.cluster.state import ClusterState, Reservation
@@ -18,32 +18,13 @@ from extender.core.cluster.topology import Topology
 from extender.core.devices.facts import DraFacts
 from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
 from extender.core.gangs import gangspec
-from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Phase
 from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.placement.address import addresses
 from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
-from extender.service.context import Context, gang_change
+from extender.service.answers import Explanation, GangAnswer, GangChange, GangView, Slices
+from extender.service.context import Context
 from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
-
-
-@dataclass(frozen=True)
-class GangAnswer:
-    """One gang's what-if answer, as ``railyard plan`` prints it."""
-
-    gang: str
-    feasible: bool
-    level: str | None
-    domain: list[str | None] | None
-    placement: dict[str, str]
-    reason: str
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    """The topology address of each placed member, in rank order (``address_json``)."""
-    slices: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gang": self.gang, "feasible": self.feasible, "level": self.level, "domain": self.domain,
-                "placement": self.placement, "reason": self.reason, "slices": self.slices, "ranks": self.ranks}
 
 
 def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
@@ -54,31 +35,24 @@ def answer(state: ClusterState, result: Placement | NoPlacement, members: set[st
         gang=result.gang,
         feasible=True,
         level=topo.level_key(result.level),
-        domain=list(result.domain.path),
+        domain=tuple(result.domain.path),
         placement={s.member: s.node for s in result.slots if s.member in members},
         reason=verdicts.explain_placement(topo, result),
-        ranks=[address_json(a) for a in addresses(topo, result) if a.pod in members],
-        slices=slices_json(topo, result),
+        ranks=tuple(a for a in addresses(topo, result) if a.pod in members),
+        slices=slices_of(topo, result),
     )
 
 
-def address_json(a: Address) -> dict[str, Any]:
-    """rank -> pod -> node -> domains, as the plan, /debug/gangs and ExplainPod show it."""
-    return {"rank": a.rank, "slice": a.slice, "pod": a.pod, "node": a.node,
-            "domains": [{"level": p.level, "name": p.name, "domain": p.domain} for p in a.domains],
-            "rails": list(a.rails)}
-
-
-def slices_json(topo: Topology, placement: Placement | None) -> dict[str, Any] | None:
+def slices_of(topo: Topology, placement: Placement | None) -> Slices | None:
     rule = placement.slices if placement is not None else None
     if placement is None or rule is None:
         return None
     count = sum(1 for s in placement.slots if s.gpus > 0) // rule.size
-    return {"size": rule.size, "level": topo.level_key(rule.level), "count": count}
+    return Slices(rule.size, topo.level_key(rule.level), count)
 
 
-def ranks_json(topo: Topology, placement: Placement | None) -> list[dict[str, Any]]:
-    return [address_json(a) for a in addresses(topo, placement)] if placement is not None else []
+def ranks_of(topo: Topology, placement: Placement | None) -> tuple[Address, ...]:
+    return tuple(addresses(topo, placement)) if placement is not None else ()
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -167,27 +141,28 @@ def plan_gangs(ctx: Context, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     return answers
 
 
-def debug_gangs(ctx: Context, now: float) -> list[dict]:
+def debug_gangs(ctx: Context, now: float) -> list[GangView]:
     out = []
+    topo = ctx.state.topology
     for rec in ctx.book.records():
         phase = rec.phase.value
         if rec.phase == Phase.WAITING:
             phase = f"waiting at bind {len(rec.waiting)}/{rec.min_member}"
         held = ctx.state.reservation(rec.key) if rec.phase in RESERVED else None
         slots = held.slots if held else rec.placement.slots if rec.placement else ()
-        out.append({
-            "gang": rec.key,
-            "phase": phase,
-            "plan": {s.member: s.node for s in slots},  # members that came later by name
-            "deadline_in_seconds": round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
-            "reason": rec.reason,
-            "slices": slices_json(ctx.state.topology, rec.placement),
-            "ranks": ranks_json(ctx.state.topology, rec.placement),
-        })
+        out.append(GangView(
+            gang=rec.key,
+            phase=phase,
+            plan={s.member: s.node for s in slots},  # members that came later by name
+            deadline_in_seconds=round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
+            reason=rec.reason,
+            slices=slices_of(topo, rec.placement),
+            ranks=ranks_of(topo, rec.placement),
+        ))
     return out
 
 
-def explain(ctx: Context, pod_key: str, now: float) -> dict | None:
+def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
     """Why a pod waits: its gang's phase and reason, the plan, and how much of the gang each
     domain at the gang's bound level holds. The gang's own reservation is given back for the
     table, so it shows what the gang could get now. None: railyard never saw the pod.
@@ -199,17 +174,21 @@ def explain(ctx: Context, pod_key: str, now: float) -> dict | None:
     gang = pod.gang.key
     rec = ctx.book.get(gang) if pod.gang.named else None
     members = sorted(ctx.pods.pending_of(gang), key=lambda p: p.key)
-    out: dict[str, Any] = {
-        "pod": pod_key, "gang": gang, "phase": Phase.PENDING.value if pending is not None else "bound",
-        "reason": "", "plan": {}, "min_member": 0, "at_bind": 0, "deadline_in_seconds": 0.0,
-        "pods": 0, "level": "", "fit": [], "slices": None, "ranks": [],
-    }
+    topo = ctx.state.topology
+    out = Explanation(pod=pod_key, gang=gang, phase=Phase.PENDING.value if pending is not None else "bound",
+                      reason="", plan={}, min_member=0, at_bind=0, deadline_in_seconds=0.0, pods=0, level="",
+                      fit=(), slices=None, ranks=())
     if rec is not None:
-        _describe(out, rec, now)
-        if rec.placement is not None and (rec.phase in HOLDING or rec.phase == Phase.BOUND):
+        holding = rec.phase in HOLDING
+        out = replace(out, phase=rec.phase.value, reason=rec.reason, min_member=rec.min_member,
+                      at_bind=len(rec.waiting))
+        if rec.placement is not None and holding:
+            out = replace(out, plan={s.member: s.node for s in rec.placement.slots})
+        if rec.deadline is not None and holding:
+            out = replace(out, deadline_in_seconds=round(max(rec.deadline - now, 0.0), 1))
+        if rec.placement is not None and (holding or rec.phase == Phase.BOUND):
             # Held or bound: the addresses its members were (or will be) bound with.
-            out["slices"] = slices_json(ctx.state.topology, rec.placement)
-            out["ranks"] = ranks_json(ctx.state.topology, rec.placement)
+            out = replace(out, slices=slices_of(topo, rec.placement), ranks=ranks_of(topo, rec.placement))
     if not members:
         return out
     gangs = ctx.settings.gangs
@@ -219,44 +198,30 @@ def explain(ctx: Context, pod_key: str, now: float) -> dict | None:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
         waiting = ctx.unsettled(spec, now)
         if waiting is not None:
-            out["reason"] = waiting
+            out = replace(out, reason=waiting)
     with own_reservation_returned(ctx.state, gang):
-        topo = ctx.state.topology
         bound_level, rows = domain_fits(spec, ctx.state.view())
         if rec is None:
             # Never filtered as a gang: say so, and what planning it now would give.
             now_plan = answer(ctx.state, plan(spec, ctx.state.view()), set()).reason
             filtered = ctx.pods.seen_pod(pod_key) is not None
             why = verdicts.names_no_gang(pod_key) if filtered else verdicts.never_filtered(pod_key)
-            out["reason"] = f"{why}; planned now: {now_plan}"
-    out["pods"] = len(spec.demand())
-    out["level"] = topo.level_key(bound_level) or ""
-    if out["slices"] is None and spec.slice_size and spec.slice_level is not None:
+            out = replace(out, reason=f"{why}; planned now: {now_plan}")
+    slices = out.slices
+    if slices is None and spec.slice_size and spec.slice_level is not None:
         asked = topo.level_index(spec.slice_level)
         count = sum(1 for gpus in spec.demand() if gpus > 0) // spec.slice_size
-        out["slices"] = {"size": spec.slice_size, "count": count,
-                         "level": topo.level_key(asked) if asked is not None else spec.slice_level}
-    out["fit"] = [{"domain": list(r.domain.path), "nodes": r.nodes, "gpus": r.gpus,
-                   "available_gpus": r.available, "fits": r.fits, "blocked_nodes": r.blocked_nodes,
-                   "slices": r.slices}
-                  for r in rows]
-    return out
+        slices = Slices(spec.slice_size, topo.level_key(asked) if asked is not None else spec.slice_level, count)
+    return replace(out, pods=len(spec.demand()), level=topo.level_key(bound_level) or "", fit=tuple(rows),
+                   slices=slices)
 
 
-def _describe(out: dict[str, Any], rec: GangRecord, now: float) -> None:
-    out.update(phase=rec.phase.value, reason=rec.reason, min_member=rec.min_member, at_bind=len(rec.waiting))
-    if rec.placement is not None and rec.phase in HOLDING:
-        out["plan"] = {s.member: s.node for s in rec.placement.slots}
-    if rec.deadline is not None and rec.phase in HOLDING:
-        out["deadline_in_seconds"] = round(max(rec.deadline - now, 0.0), 1)
-
-
-def watch(ctx: Context, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]:
+def watch(ctx: Context, sink: Callable[[GangChange], None]) -> tuple[list[GangChange], Callable[[], None]]:
     """Subscribe ``sink`` to gang phase changes (under the lock). Returns every gang as it is
     now (so nothing falls between the listing and the first change) and a function that
     unsubscribes. ``sink`` is called under the service lock: it must only enqueue."""
     ctx.watchers.append(sink)
-    listing = [gang_change(rec) for rec in ctx.book.records()]
+    listing = [GangChange.of(rec) for rec in ctx.book.records()]
 
     def unsubscribe() -> None:
         with ctx.cond:

@@ -338,4 +338,4 @@ def test_volcano_tier_n_bounds_the_gang_to_one_domain_of_the_nth_mapped_level():
                                            "network.topology.nvidia.com/accelerator; best nvlink b1/r1/n1 fits 2")
     # Tier 2 = a leaf: rack r1 holds h1, h2, h3.
     a = plan(2)
-    assert a.feasible and a.level == LEAF and a.domain == ["b1", "r1"]
+    assert a.feasible and a.level == LEAF and a.domain == ("b1", "r1")

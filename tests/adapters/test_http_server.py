@@ -18,7 +18,9 @@ from prometheus_client import CollectorRegistry
 from extender.adapters.http.server import MAX_ERROR_CHARS, ExtenderServer
 from extender.adapters.metrics import Metrics
 from extender.core.errors import RailyardError
+from extender.core.model import Address, Place
 from extender.core.verdicts import FilterVerdict
+from extender.service.answers import GangView, Slices
 from extender.settings import ServerSettings
 from tests.topologies import TRANSLATE
 
@@ -58,7 +60,12 @@ class GateHandler:
         return self.is_ready
 
     def debug_gangs(self):
-        return [{"gang": "ml/llama", "phase": "waiting at bind 1/4"}]
+        address = Address(pod="ml/llama-0", node="h1", rank=0, slice=0, rails=("0", "1"),
+                          domains=(Place("network.topology.nvidia.com/accelerator", "nvlink", "b1/r1/n1"),))
+        return [GangView(gang="ml/llama", phase="waiting at bind 1/4", plan={"ml/llama-0": "h1"},
+                         deadline_in_seconds=12.5, reason="gang ml/llama: 1 pod, 8 GPUs on 1 node",
+                         slices=Slices(size=1, level="network.topology.nvidia.com/accelerator", count=1),
+                         ranks=(address,))]
 
 
 @pytest.fixture
@@ -292,7 +299,18 @@ def test_metrics_and_debug_gangs(served):
     assert status == 200
     assert b'railyard_verb_duration_seconds_bucket{le="5e-05",outcome="ok",verb="filter"}' in text
     status, body = request(server, "GET", "/debug/gangs")
-    assert (status, json.loads(body)) == (200, [{"gang": "ml/llama", "phase": "waiting at bind 1/4"}])
+    (gang,) = json.loads(body)
+    assert status == 200 and gang == {
+        "gang": "ml/llama", "phase": "waiting at bind 1/4", "plan": {"ml/llama-0": "h1"}, "deadline_in_seconds": 12.5,
+        "reason": "gang ml/llama: 1 pod, 8 GPUs on 1 node",
+        "slices": {"size": 1, "level": "network.topology.nvidia.com/accelerator", "count": 1},
+        "ranks": [{"rank": 0, "slice": 0, "pod": "ml/llama-0", "node": "h1",
+                   "domains": [{"level": "network.topology.nvidia.com/accelerator", "name": "nvlink",
+                                "domain": "b1/r1/n1"}],
+                   "rails": ["0", "1"]}]}
+    # The keys in the order /debug/gangs has always sent them.
+    assert list(gang) == ["gang", "phase", "plan", "deadline_in_seconds", "reason", "slices", "ranks"]
+    assert list(gang["ranks"][0]) == ["rank", "slice", "pod", "node", "domains", "rails"]
 
 
 def test_prefix_is_configurable(handler):

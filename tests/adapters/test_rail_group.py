@@ -38,6 +38,6 @@ def test_a_gang_required_within_one_rail_group():
     two = gang("two", 2, 8, annotations={**required, "railyard.io/min-member": "2"})
     three = gang("three", 3, 8, annotations={**required, "railyard.io/min-member": "3"})
     a, b = whatif.plan_pending([TRANSLATE.pod(p) for p in two + three])
-    assert a.placement == {"ml/two-0": "r3", "ml/two-1": "r4"} and a.domain == ["s1", "rg2"]
+    assert a.placement == {"ml/two-0": "r3", "ml/two-1": "r4"} and a.domain == ("s1", "rg2")
     assert b.reason == ("gang ml/three needs 3 pods x 8 GPUs within one railyard.io/rail-group; best rail-group "
                         "s1/rg1 fits 1 (4 GPUs in use)")

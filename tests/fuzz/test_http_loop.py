@@ -103,7 +103,7 @@ def test_verbs_and_healthz_answer_while_a_bind_is_held():
             "PodName": "held-0", "PodNamespace": "loop", "PodUID": "uid-loop-held-0", "Node": node})))
         t.start()
         deadline = time.monotonic() + 10
-        while not live.ext.debug_gangs()[0]["phase"].startswith("waiting"):
+        while not live.ext.debug_gangs()[0].phase.startswith("waiting"):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert live.healthz_seconds() < PATIENCE

@@ -16,7 +16,7 @@ def test_explain_prints_phase_reason_plan_and_fit_table(capsys):
         pods = gang("g", 2, 8, annotations={"railyard.io/required-topology": "nvlink"})
         plan = steer(s, pods)
         held = s.stub.Bind.future(bind_request(pods[0], plan["g-0"]))
-        wait_until(lambda: s.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+        wait_until(lambda: s.ext.debug_gangs()[0].phase.startswith("waiting"))
         assert cli.main(["explain", "ml/g-1", "--grpc", s.target]) == 0
         out = capsys.readouterr().out.splitlines()
         assert out[0] == "pod ml/g-1: gang ml/g is waiting (1/2 GPU members at bind), 60s before it times out"
@@ -59,7 +59,7 @@ def test_explain_a_sliced_gang_lists_ranks_with_slices_and_whole_slices_per_doma
                                             "railyard.io/required-topology": "leaf"})
         plan = steer(s, pods)
         held = s.stub.Bind.future(bind_request(pods[0], plan["s-0"]))
-        wait_until(lambda: s.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+        wait_until(lambda: s.ext.debug_gangs()[0].phase.startswith("waiting"))
         assert cli.main(["explain", "ml/s-3", "--grpc", s.target]) == 0
         out = capsys.readouterr().out.splitlines()
         at = out.index("ranks (slices of 2 within one kubernetes.io/hostname):")

@@ -88,7 +88,7 @@ def test_bind_holds_the_gang_then_binds_every_member(served):
     pods = gang("g", 2, 8)
     plan = steer(served, pods)
     first = served.stub.Bind.future(bind_request(pods[0], plan["g-0"]))
-    wait_until(lambda: served.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: served.ext.debug_gangs()[0].phase.startswith("waiting"))
     assert served.binder.bound == []
     served.stub.Bind(bind_request(pods[1], plan["g-1"]))
     first.result(timeout=5)
@@ -109,7 +109,7 @@ def test_errors_map_to_status_codes(served):
     assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "pod_namespace must not be empty")
     # The gang's deadline passes while one member is held: ABORTED, the caller retries.
     held = served.stub.Bind.future(bind_request(pods[0], plan["g-0"]))
-    wait_until(lambda: served.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: served.ext.debug_gangs()[0].phase.startswith("waiting"))
     served.clock.now += 31
     with pytest.raises(grpc.RpcError) as info:
         held.result(timeout=5)
@@ -168,7 +168,7 @@ def test_explain_pod_for_a_waiting_gang_and_an_unknown_pod(served):
     pods = gang("g", 2, 8, annotations={"railyard.io/required-topology": "nvlink"})
     plan = steer(served, pods)
     held = served.stub.Bind.future(bind_request(pods[0], plan["g-0"]))
-    wait_until(lambda: served.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: served.ext.debug_gangs()[0].phase.startswith("waiting"))
     got = served.stub.ExplainPod(pb.ExplainPodRequest(namespace="ml", name="g-1"))
     assert (got.gang, got.phase, got.at_bind, got.quorum, got.pods) == ("ml/g", "waiting", 1, 2, 2)
     assert dict(got.plan) == {"ml/g-0": "h1", "ml/g-1": "h2"}
@@ -222,7 +222,7 @@ def test_calls_beyond_max_workers_are_refused_at_once():
         pods = gang("g", 2, 8)
         plan = steer(s, pods)
         held = s.stub.Bind.future(bind_request(pods[0], plan["g-0"]))
-        wait_until(lambda: s.ext.debug_gangs()[0]["phase"].startswith("waiting"))
+        wait_until(lambda: s.ext.debug_gangs()[0].phase.startswith("waiting"))
         code, _ = code_of(lambda: s.stub.ExplainPod(pb.ExplainPodRequest(namespace="ml", name="g-1")))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         held.cancel()

@@ -80,7 +80,7 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     ext.explain("ml/nobody")
     assert ext.ctx.state.reservations() == {}
     assert ext.ctx.pods.unshown() == (0, 0) and ext.ctx.pods.pending_pod("ml/ghost-0") is None
-    assert changes[-1]["event"] == "member_lost" and changes[-1]["reason"] == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
+    assert changes[-1].event == "member_lost" and changes[-1].reason == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
                           "never showed the pod (not within 60s of its last filter call); planning again")
 
 
@@ -90,7 +90,7 @@ def test_a_member_held_at_bind_is_told_when_its_unshown_gang_is_forgotten():
     node = ext.filter(ghosts[0], NODES).node_names[0]
     errors = {}
     t = bind_async(ext, ghosts[0], node, errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     clock.now += SEEN_TTL_SECONDS
     ext.explain("ml/nobody")
     t.join(5)
@@ -113,7 +113,7 @@ def test_a_pod_named_in_another_gang_since_unreserves_the_gang_that_holds_its_sl
     clock.now += SEEN_TTL_SECONDS
     ext.explain("ml/nobody")
     assert ext.ctx.state.reservations() == {}
-    lost = [(c["gang"], c["phase"], c["reason"]) for c in changes if c["event"] == "member_lost"]
+    lost = [(c.gang, c.phase, c.reason) for c in changes if c.event == "member_lost"]
     assert lost == [("ml/a", "pending", "member ml/same of gang ml/a was forgotten: filter asked about it but "
                                         "the watch never showed the pod (not within 60s of its last filter call); "
                                         "planning again")]
@@ -130,7 +130,7 @@ def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
                        annotations=SIZE_2), NODES)
     assert ext.ctx.pods.unshown()[0] <= 51 and len(ext.ctx.pods) <= 51
     assert ext.ctx.pods.forgotten >= 2000 - 51
-    lost = [c["reason"] for c in changes if c["event"] == "member_lost"]
+    lost = [c.reason for c in changes if c.event == "member_lost"]
     assert lost and all(r.endswith("(more than 50 pods or 32 MiB known only from filter); planning again")
                         for r in lost)
     clock.now += SEEN_TTL_SECONDS

@@ -77,7 +77,7 @@ def test_members_created_one_by_one_are_held_until_the_last_exists_then_bound_wh
             assert len(ext.ctx.state.reservation("ml/g").slots) == 3
         if i < 2:
             threads.append(bind_async(ext, p, plan[key(p)], errors))
-            wait_until(lambda: ext.debug_gangs()[0]["phase"] == f"waiting at bind {i + 1}/3")
+            wait_until(lambda: ext.debug_gangs()[0].phase == f"waiting at bind {i + 1}/3")
             assert binder.bound == []
             clock.now += 2.0  # the controller takes its time; still well inside the 60 s timeout
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"])
@@ -147,8 +147,8 @@ def test_a_gang_of_undeclared_size_waits_holding_nothing_until_no_member_is_new_
         clock.now += 2.5  # the next member comes 3 s after this one: inside the settle time
     # 3.0 s since the newest member: explain says so with the numbers of now.
     got = ext.explain("ml/g-1")
-    assert (got["phase"], got["reason"]) == ("pending", settling(3, 3.0))
-    assert ext.debug_gangs()[0]["reason"] == settling(3, 0.5)  # as the last filter answered
+    assert (got.phase, got.reason) == ("pending", settling(3, 3.0))
+    assert ext.debug_gangs()[0].reason == settling(3, 0.5)  # as the last filter answered
     clock.now += 1.9
     with pytest.raises(Settling, match="the newest 4.9s ago"):
         ext.filter(pods[2], NODES)
@@ -158,7 +158,7 @@ def test_a_gang_of_undeclared_size_waits_holding_nothing_until_no_member_is_new_
     assert len(ext.ctx.state.reservation("ml/g").slots) == 3
     errors = {}
     threads = [bind_async(ext, p, plan[key(p)][0], errors) for p in pods[:2]]
-    wait_until(lambda: ext.debug_gangs()[0]["phase"] == "waiting at bind 2/3")
+    wait_until(lambda: ext.debug_gangs()[0].phase == "waiting at bind 2/3")
     assert binder.bound == []
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"][0])
     for t in threads:
@@ -237,7 +237,7 @@ def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refu
     assert sorted(n for (n,) in again.values()) == [n for n in PLACEMENTS[rack] if n != first]
     errors = {}
     t = bind_async(ext, pods[0], again["ml/g-0"][0], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"] == "waiting at bind 1/2")
+    wait_until(lambda: ext.debug_gangs()[0].phase == "waiting at bind 1/2")
     ext.bind("ml", "g-1", "uid-ml-g-1", again["ml/g-1"][0])
     t.join(5)
     assert errors == {} and sorted(binder.bound) == sorted((k, n) for k, (n,) in again.items())

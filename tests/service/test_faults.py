@@ -150,7 +150,7 @@ def test_a_planned_node_cordoned_while_the_gang_waits_releases_it_at_once():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     ext.node_upserted(TRANSLATE.node(cordon(node_object(ext, plan["ml/g-1"]))))
     t.join(5)  # answered at once, not at the 90 s deadline
     assert not t.is_alive()
@@ -169,11 +169,11 @@ def test_a_taint_the_members_do_not_tolerate_releases_the_gang_one_they_tolerate
     node = node_object(ext, plan["ml/g-0"])
     node["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["phase"] == "planned"  # tolerated
+    assert ext.debug_gangs()[0].phase == "planned"  # tolerated
     node["spec"]["taints"] = [{"key": "gpu-broken", "value": "xid79", "effect": "NoExecute"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["phase"] == "pending"
-    assert ext.debug_gangs()[0]["reason"] == (f"node {plan['ml/g-0']} became tainted gpu-broken=xid79:NoExecute "
+    assert ext.debug_gangs()[0].phase == "pending"
+    assert ext.debug_gangs()[0].reason == (f"node {plan['ml/g-0']} became tainted gpu-broken=xid79:NoExecute "
                                               f"while gang ml/g waited; planning again")
 
 
@@ -183,7 +183,7 @@ def test_not_ready_is_a_node_fault_too():
     node = node_object(ext, plan["ml/g-0"])
     node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["reason"] == f"node {plan['ml/g-0']} became not ready while gang ml/g waited; planning again"
+    assert ext.debug_gangs()[0].reason == f"node {plan['ml/g-0']} became not ready while gang ml/g waited; planning again"
 
 
 # -- timeouts bounded by kube-scheduler's httpTimeout, and Events ---------------------------------
@@ -197,12 +197,12 @@ def test_a_timeout_above_the_cap_is_capped_and_says_so():
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300"})
     steer(ext, pods)
     g = ext.debug_gangs()[0]
-    assert g["deadline_in_seconds"] == 135.0
+    assert g.deadline_in_seconds == 135.0
     capped = ("gang ml/g asked to wait 300s at bind; capped to 135s, so the held bind calls end before "
               "kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")
-    assert g["reason"].endswith(capped)
+    assert g.reason.endswith(capped)
     assert ("GangTimeoutCapped", capped) in binder.events
-    assert ext.explain("ml/g-0")["reason"].endswith(capped)
+    assert ext.explain("ml/g-0").reason.endswith(capped)
 
 
 def test_a_member_created_after_planning_is_told_of_the_cap_too():
@@ -221,10 +221,10 @@ def test_waiting_and_timing_out_are_events_with_numbers():
     plan = steer(ext, pods)
     errors = {}
     t0 = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: "waiting at bind 1/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 1/3" in ext.debug_gangs()[0].phase)
     clock.now += 12
     t1 = bind_async(ext, pods[1], plan["ml/g-1"], errors)
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
     waiting = [m for r, m in binder.events if r == "GangWaiting"]
     assert waiting == ["gang ml/g: 1/3 GPU members at bind, the first for 0s; the rest must arrive within 30s",
                        "gang ml/g: 2/3 GPU members at bind, the first for 12s; the rest must arrive within 18s"]

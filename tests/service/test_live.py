@@ -172,14 +172,14 @@ def test_gang_binds_all_at_once_and_not_before():
     assert set(plan.values()) == {"h1", "h2", "h3"}  # one rack (r1)
     errors = {}
     threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
     assert binder.bound == []  # nobody bound before the whole gang is held
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"])
     for t in threads:
         t.join(5)
     assert errors == {}
     assert sorted(binder.bound) == sorted(plan.items())
-    assert ext.debug_gangs()[0]["phase"] == "bound"
+    assert ext.debug_gangs()[0].phase == "bound"
 
 
 def test_filter_reasons_name_the_reserved_node():
@@ -199,7 +199,7 @@ def test_deadline_releases_everything_and_binds_nothing():
     plan = steer(ext, pods[:1])
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     clock.now += 31
     t.join(5)
     assert isinstance(errors["g-0"], GangTimedOut)
@@ -217,7 +217,7 @@ def test_member_deleted_while_waiting_releases_and_replans():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     ext.pod_deleted(pods[1])
     t.join(5)
     assert isinstance(errors["g-0"], GangUnreserved)
@@ -231,7 +231,7 @@ def test_failed_binding_evicts_the_bound_members():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     with pytest.raises(BindingFailed) as err:
         ext.bind("ml", "g-1", "uid-ml-g-1", plan["ml/g-1"])
     t.join(5)
@@ -397,12 +397,12 @@ def test_finished_gangs_are_forgotten():
     errors = {}
     for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
         t.join(5)
-    assert [g["phase"] for g in ext.debug_gangs()] == ["bound"]
+    assert [g.phase for g in ext.debug_gangs()] == ["bound"]
     v = ext.filter(gang("other", 1, 1)[0], NODES)  # a later call, within a minute: still listed
-    assert any(g["gang"] == "ml/g" for g in ext.debug_gangs()) and v.node_names
+    assert any(g.gang == "ml/g" for g in ext.debug_gangs()) and v.node_names
     clock.now += 2 * book.GC_SECONDS
     ext.filter(pod("solo", 1), NODES)
-    assert not any(g["gang"] == "ml/g" for g in ext.debug_gangs())
+    assert not any(g.gang == "ml/g" for g in ext.debug_gangs())
 
 
 def test_a_replacement_member_of_a_running_gang_binds_at_once():
@@ -441,8 +441,8 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
     plan.update(steer(ext, pods[1:2]))
     errors = {}
     threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
-    assert {"ml/g-0", "ml/g-1"} <= ext.debug_gangs()[0]["plan"].keys()
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
+    assert {"ml/g-0", "ml/g-1"} <= ext.debug_gangs()[0].plan.keys()
     ext.pod_deleted(pods[1])
     for t in threads:
         t.join(5)
@@ -460,7 +460,7 @@ def test_configured_default_timeout_applies_to_gangs_that_name_none():
     ext.relisted("podgroups", [])
     create(ext, gang("g", 2, 8))
     ext.filter(gang("g", 2, 8)[0], NODES)
-    assert ext.debug_gangs()[0]["deadline_in_seconds"] == 5.0
+    assert ext.debug_gangs()[0].deadline_in_seconds == 5.0
 
 
 def test_cordoned_node_reason_says_so():

@@ -58,8 +58,8 @@ def place(ext: Extender, name: str, count: int = 4, gpus: int = 4) -> dict[str, 
         ext.pod_upserted(p)
     for p in members:
         ext.filter(p, list(ext.ctx.state.topology.names))
-    (rec,) = [g for g in ext.debug_gangs() if g["gang"] == f"ml/{name}"]
-    return {r["pod"].split("/")[1]: (r["node"], r["rails"]) for r in rec["ranks"]}
+    (rec,) = [g for g in ext.debug_gangs() if g.gang == f"ml/{name}"]
+    return {r.pod.split("/")[1]: (r.node, list(r.rails)) for r in rec.ranks}
 
 
 LOW, HIGH, MIXED = [4, 5, 6, 7], [0, 1, 2, 3], [2, 3, 6, 7]

@@ -81,7 +81,7 @@ def test_past_the_bound_the_starving_gang_drains_a_domain_and_binds_there_once_i
     drain = ext.ctx.state.reservations()[f"ml/big{DRAIN}"]
     domain = {s.node for s in drain.slots}
     assert domain in ({"a1", "a2"}, {"b1", "b2"}) and drain.gpus == 16
-    reason = ext.debug_gangs()[0]["reason"]
+    reason = ext.debug_gangs()[0].reason
     assert reason.endswith(
         f"; gang ml/big has lacked room for 61s (starvation bound 60s, gangs.starvation_seconds): 16 GPUs on 2 "
         f"nodes where it fits once their pods finish ({', '.join(sorted(domain))}) are held for it; no other gang "
@@ -167,5 +167,5 @@ def test_drains_go_by_age_the_oldest_starving_gang_takes_a_younger_ones_drain():
     assert {s.node for s in ext.ctx.state.reservations()[f"ml/old{DRAIN}"].slots} == {"a1", "a2"}
     assert f"ml/young{DRAIN}" not in ext.ctx.state.reservations()
     assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.ctx.state.reservations()
-    reason = next(g["reason"] for g in ext.debug_gangs() if g["gang"] == "ml/young")
+    reason = next(g.reason for g in ext.debug_gangs() if g.gang == "ml/young")
     assert "lacked room" not in reason, reason

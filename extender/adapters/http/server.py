@@ -46,6 +46,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from extender.adapters.answers import gang_view_json
 from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
@@ -349,7 +350,8 @@ class ExtenderServer:
 
     async def _debug_gangs(self, request: web.Request) -> web.Response:
         def listing() -> bytes:  # on a worker: it waits for the service lock
-            return orjson.dumps(self.handler.debug_gangs(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+            gangs = [gang_view_json(g) for g in self.handler.debug_gangs()]
+            return orjson.dumps(gangs, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
         try:
             body = await asyncio.get_running_loop().run_in_executor(self._verbs, listing)
         except Exception as exc:

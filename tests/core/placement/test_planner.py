@@ -67,7 +67,7 @@ def test_fewest_children_inside_the_chosen_domain():
     # 6 pods in spine s1: leaf l1 holds 8, so all 6 stay in l1 (n1 whole + 2 of n2), not spread to l2.
     a = answer(FOUR_LEVELS, gang("g", 6, 8))
     assert a.level == LEAF
-    assert a.domain == ["c1", "s1", "l1"]
+    assert a.domain == ("c1", "s1", "l1")
     assert sorted(a.placement.values()) == ["x1", "x2", "x3", "x4", "x5", "x6"]
 
 
@@ -75,7 +75,7 @@ def test_best_fit_keeps_large_domains_whole():
     # 3 pods fit n1, n2, n3 and n4; with x1 busy, n1 has exactly 3 nodes free: zero left over.
     a = answer(FOUR_LEVELS, gang("g", 3, 8), pods=[pod("busy", 8, node="x1")])
     assert a.level == NVL
-    assert a.domain == ["c1", "s1", "l1", "n1"]  # exactly 3 nodes free there: zero leftover
+    assert a.domain == ("c1", "s1", "l1", "n1")  # exactly 3 nodes free there: zero leftover
 
 
 def test_rank_order_follows_depth_first_order():

@@ -86,7 +86,7 @@ def test_a_domain_where_the_pods_fit_but_not_whole_slices_is_passed_over():
     pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: NVL, REQ: LEAF})
     a = plan(UNEVEN, pods)
     # Rack r1 has exactly 6 free nodes (the unsliced best fit) but holds 2 slices: 3 + 3.
-    assert a.feasible and a.domain == ["b1", "r2"]
+    assert a.feasible and a.domain == ("b1", "r2")
     # In r2 slice 0 takes n3 (a tie with n4: the first), slice 1 the rest of n3, slice 2 n4.
     assert by_rank(a, pods) == ["h9", "h10", "h11", "h12", "h13", "h14"]
     unsliced = ranked("g", 6, annotations={REQ: LEAF})
@@ -128,14 +128,14 @@ def test_a_slice_level_alone_places_the_gang_as_tight_as_the_slices_allow():
     pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: NVL})
     a = plan(UNEVEN, pods)
     # Without slices, 6 pods fit rack r1 (the best fit); with them, only rack r2 does.
-    assert a.domain == ["b1", "r2"] and a.level == LEAF
-    assert plan(UNEVEN, ranked("g", 6)).domain == ["b1", "r1"]
+    assert a.domain == ("b1", "r2") and a.level == LEAF
+    assert plan(UNEVEN, ranked("g", 6)).domain == ("b1", "r1")
 
 
 def test_slices_inside_a_preferred_level():
     pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: NVL, PREF: "nvlink"})
     a = plan(UNEVEN, pods)
-    assert a.domain == ["b1", "r2"] and "preferred level not available, placed wider" in a.reason
+    assert a.domain == ("b1", "r2") and "preferred level not available, placed wider" in a.reason
 
 
 def test_a_slice_per_node_with_one_gpu_pods():
@@ -176,7 +176,7 @@ def test_a_launcher_without_gpus_is_in_no_slice():
 ])
 def test_kueue_slice_annotations_are_aliases(annotations):
     pods = ranked("g", 6, annotations={REQ: LEAF, **annotations})
-    assert plan(UNEVEN, pods).domain == ["b1", "r2"]
+    assert plan(UNEVEN, pods).domain == ("b1", "r2")
 
 
 @pytest.mark.parametrize("annotations, reason", [
@@ -217,5 +217,5 @@ def test_slices_of_mixed_shapes_share_their_domains_nodes_best_fit():
     for p, gpus in zip(pods, ["8", "4", "8", "4"]):
         p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
     a = plan(PARTLY_USED, pods)
-    assert a.feasible and a.domain == ["b1", "r1", "n1"]
+    assert a.feasible and a.domain == ("b1", "r1", "n1")
     assert by_rank(a, pods) == ["h1", "h2", "h3", "h2"]
