@@ -53,8 +53,9 @@ def filter_single(view: View, gpus: int, names: Sequence[str]) -> FilterVerdict:
         i = index.get(name)
         if i is None:
             continue
-        if blocked[i] is not None:
-            failed[name] = verdicts.node_blocked(blocked[i], gpus)
+        why = blocked[i]
+        if why is not None:
+            failed[name] = verdicts.node_blocked(why, gpus)
         elif free[i] < gpus:
             failed[name] = verdicts.too_few_gpus(free[i], reserved[i], gpus)
     if not failed:
@@ -71,7 +72,7 @@ def best_fit_scores(view: View, gpus: int, names: Sequence[str]) -> list[tuple[s
     for name in names:
         i = get(name)
         total = nodes[i].gpus if i is not None else 0
-        if not total:
+        if i is None or not total:
             scores.append(0)
             continue
         leftover = min(max(free[i] - gpus, 0), total)

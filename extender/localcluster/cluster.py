@@ -33,7 +33,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 import urllib3
 import yaml
@@ -222,7 +222,7 @@ def _start_all(
                 workdir, replica.extender_name,
                 config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
                                      settings_file=settings_file), env)
-            wait_healthy(workdir, extender, lambda p=p: _http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
+            wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
     for replica in replicas:
         p = replica.ports
         _say(log, f"starting {replica.scheduler_name}" + (" (extender on)" if ext_url else " (no extender)")
@@ -233,7 +233,7 @@ def _start_all(
                                   leader_elect=ha) + scheduler_extra, env)
         wait_healthy(
             workdir, scheduler,
-            lambda p=p: _http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
+            lambda: _http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
 
     kueue_state = None
     if kueue_sources is not None:
@@ -423,7 +423,7 @@ def _http_ok(url: str, insecure: bool = False) -> bool:
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
-                 replicas: list[config.Replica] = ()) -> None:
+                 replicas: Sequence[config.Replica] = ()) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),

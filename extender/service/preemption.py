@@ -26,6 +26,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Sequence
 
 from extender.core import verdicts
@@ -154,7 +155,7 @@ class GangPreemption:
 
     def start(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
-            self.run(lambda job=job: _logged(job))
+            self.run(partial(_logged, job))
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ class GangPreemption:
             self._active.pop(gang, None)
             self._tell(self.ctx.pods.pending_of(gang), "ReservationPreempted", reason)
         self.ctx.cond.notify_all()  # bind calls held for a released gang end now
-        leaving = [p for uid in self._leaving if (p := self.ctx.pods.running_pod(uid)) is not None]
+        leaving = [pod for uid in self._leaving if (pod := self.ctx.pods.running_pod(uid)) is not None]
         view = without(self.ctx.state.view(), [*choice.evict, *leaving])
         timeout = spec.timeout_seconds + self.settings.victim_wait_seconds
         cap = self.ctx.settings.gangs.max_timeout_seconds  # kube-scheduler cuts a held bind at its httpTimeout

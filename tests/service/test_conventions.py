@@ -9,7 +9,7 @@ import pytest
 from extender import topotext
 from extender.adapters.k8s.watch_cache import KINDS
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, VOLCANO
-from extender.core.gangs import book as book_module
+from extender.core.placement import planner as planner_module
 from extender.core.errors import NotReady, Settling
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import NODES, Clock, Extender, MemoryBinder, bind_async, create, wait_until
@@ -201,8 +201,8 @@ PLACEMENTS = {"r1": ["a1", "a2", "a3"], "r2": ["c1", "c2", "c3"], "r3": ["d1", "
 
 def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refusals(monkeypatch):
     plans = []
-    real_plan = book_module.plan
-    monkeypatch.setattr(book_module, "plan", lambda spec, *rest: plans.append(spec.key) or real_plan(spec, *rest))
+    real_plan = planner_module.plan  # the book plans through planner.plan_near
+    monkeypatch.setattr(planner_module, "plan", lambda spec, *rest: plans.append(spec.key) or real_plan(spec, *rest))
     ext, binder, _ = extender(RACKS, groups=[podgroup(KUBERNETES, 2, required=LEAF)])
     pods = [member(KUBERNETES, i) for i in range(2)]
     create(ext, pods)

@@ -146,10 +146,10 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
                     yield _change(change)
             while context.is_active():
                 try:
-                    change = changes.get(timeout=WATCH_POLL_SECONDS)
+                    changed = changes.get(timeout=WATCH_POLL_SECONDS)
                 except queue.Empty:
                     continue
-                if change is not None and change.gang.startswith(prefix):
-                    yield _change(change)
+                if changed is not None and changed.gang.startswith(prefix):
+                    yield _change(changed)
         finally:
             unsubscribe()

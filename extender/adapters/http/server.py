@@ -204,6 +204,7 @@ class ExtenderServer:
                 return
             started.set()
             loop.run_forever()
+            assert self._runner is not None  # _start_site made it
             loop.run_until_complete(self._runner.cleanup())
             left = asyncio.all_tasks(loop)  # connections still open: end them here, not in the GC's log
             for task in left:

@@ -215,7 +215,7 @@ class WatchCache:
         items: list = []
         cont = ""
         while True:
-            query = [("limit", self.page_size)]
+            query: list[tuple[str, Any]] = [("limit", self.page_size)]
             if r.field_selector:
                 query.append(("fieldSelector", r.field_selector))
             if cont:
@@ -254,7 +254,7 @@ class WatchCache:
             for ev in json_lines(resp):
                 if self._stop.is_set():
                     break
-                kind, obj = ev.get("type"), ev.get("object") or {}
+                kind, obj = ev.get("type") or "", ev.get("object") or {}
                 if kind == "ERROR":
                     code, message = obj.get("code", 0), obj.get("message", "watch error")
                     if code == 410:

@@ -18,7 +18,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from extender.adapters.kubeobjects.dra import (
     claim_template_facts,
@@ -83,7 +83,7 @@ class Translator:
         return DRA_KINDS[kind](obj)
 
 
-DRA_KINDS = {
+DRA_KINDS: dict[str, Callable[[Mapping[str, Any]], DraFacts]] = {
     "DeviceClass": device_class_facts,
     "ResourceSlice": resource_slice_facts,
     "ResourceClaim": resource_claim_facts,

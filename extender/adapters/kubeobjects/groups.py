@@ -90,8 +90,9 @@ def _kubernetes(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
     return declared, problems
 
 
-def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
-    declared, problems = [], []
+def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]) -> tuple[list[Declaration], list[str]]:
+    declared: list[Declaration] = []
+    problems: list[str] = []
     if spec.get("minMember") not in (None, 0):  # Volcano's minMember 0 asks for no gang
         declared.append(Declaration(MIN_MEMBER, f"{where} spec.minMember", spec["minMember"], GROUP))
     topo = dict_at(spec, "networkTopology")

@@ -70,7 +70,7 @@ class View:
     """Per node index, how much of each other resource pods and reservations take."""
     labels_generation: int
     """Changes whenever any node's labels, taints or the node set change (eligibility caches)."""
-    masks: dict
+    masks: dict[tuple[object, ...], list[bool]]
     """Eligibility masks by (labels_generation, selector...): memo of ``eligibility.label_mask``."""
     blocked_nodes: AbstractSet[int]
     """Indexes of the nodes whose ``blocked`` is set: a single pod's filter looks only at these
@@ -94,7 +94,7 @@ class ClusterState:
         self._topology: Topology | None = None
         self._taken: dict[str, dict[str, int]] = {}
         self._labels_generation = 0
-        self._masks: dict = {}
+        self._masks: dict[tuple[object, ...], list[bool]] = {}
         # Per-generation counter arrays, valid when self._topology is not None.
         self._free: list[int] = []
         self._blocked: list[str | None] = []

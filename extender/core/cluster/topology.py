@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from extender.core.model import HOST_LEVEL, Level, NodeFacts
 
@@ -55,14 +55,14 @@ class Topology:
         depth = len(self.levels)
         path_of = {n.name: n.path(self.levels) for n in nodes}
 
-        def sort_key(n: NodeFacts) -> tuple[tuple, ...]:
+        def sort_key(n: NodeFacts) -> tuple[tuple[Any, ...], ...]:
             # A missing value becomes unique to the node, so it never merges with another.
-            key = []
+            key: list[tuple[Any, ...]] = []
             missing = False
             for v in path_of[n.name]:
                 missing = missing or v is None
                 # The raw value closes the key: "n01" and "n1" sort together but never merge.
-                key.append((1, n.name) if missing else (0, _natural(v), v))
+                key.append((1, n.name) if missing or v is None else (0, _natural(v), v))
             return (*key, (0, _natural(n.name), n.name))
 
         ordered = sorted(nodes, key=sort_key)
@@ -83,7 +83,10 @@ class Topology:
         self.parent: list[list[int]] = []
         self.node_domain: list[list[int]] = []
         for lvl in range(depth):
-            starts, ends, paths, parents = [], [], [], []
+            starts: list[int] = []
+            ends: list[int] = []
+            paths: list[tuple[str | None, ...]] = []
+            parents: list[int] = []
             node_dom = [0] * len(ordered)
             prev = None
             for i, k in enumerate(keys):
@@ -198,7 +201,7 @@ class Topology:
                 )
             if lvl == 0:
                 continue
-            parents_of: dict[str, set[tuple]] = {}
+            parents_of: dict[str, set[tuple[str | None, ...]]] = {}
             for d, path in enumerate(self.paths[lvl]):
                 if path[-1] is not None:
                     parents_of.setdefault(path[-1], set()).add(tuple(path[:-1]))

@@ -19,7 +19,7 @@ Not thread-safe: the service serialises access.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from extender.core.devices.facts import (
     ClaimFacts,
@@ -100,9 +100,10 @@ class DeviceLedger:
                 changes |= self.upserted(obj)
         return changes
 
-    def _store(self, kind: type) -> dict:
-        return {DeviceClassFacts: self.classes, SliceFacts: self.slices, ClaimFacts: self.claims,
-                ClaimTemplateFacts: self.templates}[kind]
+    def _store(self, kind: type) -> Mapping[str, DraFacts]:
+        stores: dict[type, Mapping[str, DraFacts]] = {DeviceClassFacts: self.classes, SliceFacts: self.slices,
+                                                      ClaimFacts: self.claims, ClaimTemplateFacts: self.templates}
+        return stores[kind]
 
     def _put(self, facts: DraFacts, deleted: bool) -> Changes:
         changes = Changes()
@@ -131,15 +132,15 @@ class DeviceLedger:
             if self.largest_node() != largest:  # what allocationMode All counts
                 changes.pods |= set(self.users.pods)
         elif isinstance(facts, ClaimFacts):
-            old = self.claims.pop(facts.key, None)
-            if old is not None:
-                self._unindex_claim(old)
-                changes.claims |= self._claims_sharing(old)
+            held = self.claims.pop(facts.key, None)
+            if held is not None:
+                self._unindex_claim(held)
+                changes.claims |= self._claims_sharing(held)
             if not deleted:
                 self.claims[facts.key] = facts
                 self._index_claim(facts)
                 changes.claims |= self._claims_sharing(facts)
-            for c in (old, None if deleted else facts) if self.rail_attribute else ():  # free rails change
+            for c in (held, None if deleted else facts) if self.rail_attribute else ():  # free rails change
                 changes.nodes |= {n for d in c.allocated if (n := self._device_node.get(d.id))} if c else set()
             changes.claims.add(facts.key)
             changes.pods |= self.users.by_ref.get("claim:" + facts.key, set())
@@ -450,4 +451,4 @@ def dra_changed(ledger: DeviceLedger, pods: PodIndex, state: ClusterState, chang
         if raw is not None:
             pod_changed(ledger, pods, state, raw)
     ledger.apply_claims(state, changes.claims)
-    return [ledger.effective(raw) for name in changes.nodes if (raw := ledger.raw_node(name)) is not None]
+    return [ledger.effective(node) for name in changes.nodes if (node := ledger.raw_node(name)) is not None]

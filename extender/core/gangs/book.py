@@ -32,7 +32,7 @@ from extender.core import verdicts
 from extender.core.gangs import starvation
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.placement.planner import Constraints, NoPlacement, Placement, named_slots, plan
+from extender.core.placement.planner import NoPlacement, Placement, named_slots, plan_near
 from extender.core.cluster.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.cluster.state import ClusterState, Reservation, View, claim_slot
@@ -198,11 +198,8 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
-        result = starvation.inside(spec, view, drain, refused)  # a drained gang lands where it drained
-        for home in [] if result else homes or [None]:
-            result = plan(spec, view, Constraints(refused, home))
-            if isinstance(result, Placement):
-                break
+        # A drained gang lands where it drained; else in the first of its homes that holds it.
+        result = starvation.inside(spec, view, drain, refused) or plan_near(spec, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()

@@ -268,6 +268,11 @@ def _gang_unit(key: str, bound: Sequence[PodFacts], priority: int, topo: Topolog
     return Unit(key, GANG, top, tuple(sorted(bound, key=lambda m: m.key)), frees)
 
 
+_Snapshot = tuple[list[int], list[Mapping[str, int]], list[int] | None, int | None]
+"""A trial's counters (free GPUs, other resources taken, per-node caps and their total)."""
+_Cost = tuple[int, int, int, int, int]
+
+
 class _Trial:
     """The gang against one domain while units are taken and given back: free GPUs and taken
     resources of the domain's nodes, and how many of the gang's pods fit."""
@@ -307,14 +312,14 @@ class _Trial:
                 self.total += cap - self.caps[j]
                 self.caps[j] = cap
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> _Snapshot:
         return (list(self.free), list(self.taken), list(self.caps) if self.single else None,
                 self.total if self.single else None)
 
-    def restore(self, saved: tuple) -> None:
+    def restore(self, saved: _Snapshot) -> None:
         free, taken, caps, total = saved
         self.free, self.taken = list(free), list(taken)
-        if self.single:
+        if self.single and caps is not None and total is not None:
             self.caps, self.total = list(caps), total
 
     def fits(self) -> int:
@@ -359,7 +364,7 @@ def _spare(trial: _Trial, taken: list[Unit]) -> list[Unit]:
     """From every unit taken, give back each one the gang fits without; one pass per order of
     ``SPARE_ORDERS``, the cheapest result wins (each is minimal: nothing more can be spared)."""
     start = trial.snapshot()
-    best: tuple | None = None
+    best: tuple[_Cost, list[Unit], _Snapshot] | None = None
     tried = []
     for order in SPARE_ORDERS:
         sequence = sorted(taken, key=lambda u: order(u, trial.useful(u)))
@@ -381,7 +386,7 @@ def _spare(trial: _Trial, taken: list[Unit]) -> list[Unit]:
     return best[1]
 
 
-def _cost(units: list[Unit], trial: _Trial) -> tuple:
+def _cost(units: list[Unit], trial: _Trial) -> _Cost:
     """Fewest pods evicted, fewest reservations released, lowest highest priority, lowest sum,
     fewest GPUs left over on the nodes the gang may use."""
     pods = sum(len(u.pods) for u in units)

@@ -135,7 +135,7 @@ def decide(state: ClusterState, round_: str, gang: str, members: dict[str, PodFa
     size = max((p.binding.size for p in members.values() if p.binding), default=len(members))
     need: dict[str, int] = {}
     for p in unbound:
-        need[p.binding.node] = need.get(p.binding.node, 0) + p.gpus
+        need[_marked(p)] = need.get(_marked(p), 0) + p.gpus
     view = state.view()
     misfit = []
     for node, gpus in sorted(need.items()):
@@ -150,8 +150,14 @@ def decide(state: ClusterState, round_: str, gang: str, members: dict[str, PodFa
     if missing > 0:
         misfit.append(f"{missing} member{'s' if missing != 1 else ''} of the round no longer exist")
     if not misfit:
-        return Complete(gang, round_, tuple((p.key, p.uid, p.binding.node) for p in unbound), len(bound))
+        return Complete(gang, round_, tuple((p.key, p.uid, _marked(p)) for p in unbound), len(bound))
     reason = (f"gang {gang}: a Binding round bound {len(bound)}/{size} members before it stopped (its extender "
               f"is gone); it cannot be completed ({'; '.join(misfit)}): evicting the {len(bound)} bound "
               f"member{'s' if len(bound) != 1 else ''} so the gang restarts whole")
     return Undo(gang, round_, tuple((p.key, p.uid) for p in bound), reason, tuple(sorted(members)))
+
+
+def _marked(pod: PodFacts) -> str:
+    """The node a member of a round is marked for (``Rounds`` holds only marked pods)."""
+    assert pod.binding is not None
+    return pod.binding.node

@@ -22,7 +22,7 @@ from typing import Any, Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.model import GangSpec
-from extender.core.placement.planner import Constraints, Placement, plan
+from extender.core.placement.planner import Constraints, Placement, plan, plan_near
 from extender.core.cluster.state import ClusterState, Reservation, View
 from extender.core.cluster.topology import Domain
 
@@ -41,7 +41,7 @@ def drained_view(state: ClusterState, counted: Collection[str]) -> View:
         if key in counted:
             for s in reservation.slots:
                 held[v.topology.index[s.node]] += s.gpus
-    free = [state.node(name).gpus - held[i] for i, name in enumerate(v.topology.names)]
+    free = [_gpus(state, name) - held[i] for i, name in enumerate(v.topology.names)]
     by_free: dict[int, set[int]] = {}
     for i, f in enumerate(free):
         if v.blocked[i] is None:
@@ -96,11 +96,8 @@ def drain(state: ClusterState, rec: Any, spec: GangSpec, bound: float, homes: Se
                                     and drained.free[index[s.node]] >= s.gpus for s in previous.slots):
         slots = previous.slots
     else:
-        for home in homes or [None]:
-            result = plan(spec, drained, Constraints(refused, home))
-            if isinstance(result, Placement):
-                break
-        else:
+        result = plan_near(spec, drained, refused, homes)
+        if not isinstance(result, Placement):
             return ""
         slots = tuple(replace(s, member=s.member + DRAIN) for s in result.slots if s.gpus > 0)
     mine = {s.node for s in slots}
@@ -110,3 +107,9 @@ def drain(state: ClusterState, rec: Any, spec: GangSpec, bound: float, homes: Se
     state.reserve(Reservation(gang + DRAIN, slots, now + bound))
     nodes = sorted({s.node for s in slots})
     return "; " + verdicts.draining(gang, waited, bound, nodes, sum(s.gpus for s in slots))
+
+
+def _gpus(state: ClusterState, name: str) -> int:
+    node = state.node(name)
+    assert node is not None  # every node of the tree is one of the state's
+    return node.gpus

@@ -253,6 +253,17 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     return bound, rows
 
 
+def plan_near(gang: GangSpec, view: View, refused: Collection[str], homes: Sequence[Domain]) -> PlanResult:
+    """Plan within the first of ``homes`` (nearest first) that holds the gang, or anywhere when
+    there are none; when none holds it, the last one's answer."""
+    result = plan(gang, view, Constraints(refused, homes[0] if homes else None))
+    for home in homes[1:]:
+        if isinstance(result, Placement):
+            break
+        result = plan(gang, view, Constraints(refused, home))
+    return result
+
+
 def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list[Domain]:
     """Where a new round of a running gang (replacements) may go, nearest first: the narrowest
     domain holding every running member, then each wider one up to the gang's required level
@@ -378,10 +389,10 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
         slots = _with_rails(view, slots, rail_set)
     anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
     for m in zero:
-        node = _launcher_node(view, m, anchor, usable)
-        if node is None:
+        at = _launcher_node(view, m, anchor, usable)
+        if at is None:
             return _no_launcher_node(gang, view, m, usable)
-        slots.append((node, Slot(m.key, topo.names[node], 0, m.eligibility.requests)))
+        slots.append((at, Slot(m.key, topo.names[at], 0, m.eligibility.requests)))
     nodes = [n for n, _ in slots] or [anchor]
     level = topo.common_level(nodes)
     domain = topo.domain(level, topo.node_domain[level][nodes[0]]) if level >= 0 else topo.domain(-1, 0)
