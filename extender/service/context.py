@@ -97,9 +97,8 @@ class Context:
         members.sort(key=lambda p: p.key)
         running = self.pods.bound_pods(rec.key)
         gangs = self.settings.gangs
-        spec = gangspec.build(rec.key, members, self.groups.get(pod.gang.group_id) if pod.gang.group_id else None,
-                              gangs.default_timeout_seconds, running=len(running),
-                              max_timeout=gangs.max_timeout_seconds)
+        spec = gangspec.build(rec.key, members, gangspec.group_of(self.groups, pod), gangs.default_timeout_seconds,
+                              running=len(running), max_timeout=gangs.max_timeout_seconds)
         return spec, members, running
 
     def unsettled(self, spec: GangSpec, now: float) -> str | None:

@@ -43,7 +43,8 @@ class Recovery:
     def _complete(self, action: Complete) -> None:
         ctx = self.ctx
         errors, bound_now = [], []
-        answers = per_pod(ctx.ports.bindings.bind_all, [(PodRef.of(key, uid), node) for key, uid, node in action.bindings])
+        answers = per_pod(ctx.ports.bindings.bind_all,
+                          [(PodRef.of(key, uid), node) for key, uid, node in action.bindings])
         for key, uid, node in action.bindings:
             exc = answers[key]
             if exc is None:

@@ -110,8 +110,8 @@ class CacheSink:
                 self.preemption.relisted({p.uid or p.key for p in pods})
                 ctx.arrivals.prune(ctx.pods.has_pending)
             elif kind in DRA_KINDS:
-                facts = [o for o in objects if isinstance(o, (DeviceClassFacts, SliceFacts, ClaimFacts, ClaimTemplateFacts))]
-                self._dra_changed(ctx.devices.relisted(DRA_KINDS[kind], facts))
+                dra = [o for o in objects if isinstance(o, (DeviceClassFacts, SliceFacts, ClaimFacts, ClaimTemplateFacts))]
+                self._dra_changed(ctx.devices.relisted(DRA_KINDS[kind], dra))
             else:  # one kind of group object
                 ctx.groups = {i: g for i, g in ctx.groups.items() if i[0] != kind}
                 ctx.groups.update((g.id, g) for g in objects if isinstance(g, GroupFacts))

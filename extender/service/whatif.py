@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from extender.core import verdicts
 from extender.core.cluster.state import ClusterState, Reservation
@@ -117,7 +117,7 @@ class WhatIf:
                 answers.append(GangAnswer(key, False, None, None, {}, verdicts.not_sized(unsized)))
                 continue
             members = [p for p, _ in sized]
-            spec = gangspec.build(key, members, _group(self.groups, members[0]), self.default_timeout)
+            spec = gangspec.build(key, members, gangspec.group_of(self.groups, members[0]), self.default_timeout)
             result = plan(spec, self.state.view())
             answers.append(answer(self.state, result, {p.key for p in members}))
             if isinstance(result, Placement):
@@ -134,7 +134,7 @@ def plan_gangs(ctx: Context, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     answers = []
     gangs = ctx.settings.gangs
     for key, members in by_gang(pods).items():
-        spec = gangspec.build(key, members, _group(ctx.groups, members[0]), gangs.default_timeout_seconds,
+        spec = gangspec.build(key, members, gangspec.group_of(ctx.groups, members[0]), gangs.default_timeout_seconds,
                               max_timeout=gangs.max_timeout_seconds)
         with own_reservation_returned(ctx.state, key):
             answers.append(answer(ctx.state, plan(spec, ctx.state.view()), {p.key for p in members}))
@@ -192,7 +192,7 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
     if not members:
         return out
     gangs = ctx.settings.gangs
-    spec = gangspec.build(gang, members, _group(ctx.groups, pod), gangs.default_timeout_seconds,
+    spec = gangspec.build(gang, members, gangspec.group_of(ctx.groups, pod), gangs.default_timeout_seconds,
                           max_timeout=gangs.max_timeout_seconds)
     if rec is not None and rec.phase == Phase.PENDING:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
@@ -239,9 +239,3 @@ def own_reservation_returned(state: ClusterState, gang: str) -> Iterator[None]:
     finally:
         if held is not None:
             state.reserve(held)
-
-
-def _group(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> GroupFacts | None:
-    """The group object the pod's convention names, if railyard has it."""
-    group_id = pod.gang.group_id
-    return groups.get(group_id) if group_id is not None else None

@@ -9,7 +9,7 @@ them: a pod's creator is not trusted.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from extender.core.model import (
     MIN_MEMBER,
@@ -28,6 +28,12 @@ from extender.core.model import (
 MAX_MIN_MEMBER = 100_000
 """Largest gang railyard plans (slots for missing members are allocated up to this)."""
 MAX_TIMEOUT_SECONDS = 86_400
+
+
+def group_of(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> GroupFacts | None:
+    """The group object the pod's convention names (by ``GroupFacts.id``), if there is one."""
+    group_id = pod.gang.group_id
+    return groups.get(group_id) if group_id is not None else None
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
