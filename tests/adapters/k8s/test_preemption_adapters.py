@@ -15,7 +15,7 @@ from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.kubeobjects import pod_facts
 from extender.adapters.metrics import Metrics
 from extender.core.model import PodRef
-from tests.adapters.fake_apiserver import FakeApiServer, status
+from tests.adapters.k8s.fake_apiserver import FakeApiServer, status
 
 PATH = "/api/v1/namespaces/lo/pods/p-a1/eviction"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from extender import cli
-from tests.grpc.test_servicer import Served, bind_request, steer
+from tests.adapters.grpc.test_servicer import Served, bind_request, steer
 from tests.service.test_live import wait_until
 from tests.topologies import gang
 

@@ -24,7 +24,7 @@ def load(nodes: list[dict], pods: list[dict] = ()) -> Cluster:
     nodes = facts(nodes)
     return Cluster.load(nodes, ko.detect_levels(nodes), [TRANSLATE.pod(p) for p in pods])
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "labels"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "labels"
 T = "network.topology.nvidia.com/"
 V1 = "fabric.topograph.run/tier-"
 OCI = "oci.oraclecloud.com/rdma."

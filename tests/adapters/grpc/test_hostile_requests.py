@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from extender.adapters.grpc.errors import MAX_DETAILS_BYTES, bounded_details
 from extender.api.v1 import extender_pb2 as pb
-from tests.grpc.test_servicer import Served, code_of
+from tests.adapters.grpc.test_servicer import Served, code_of
 
 
 @pytest.fixture

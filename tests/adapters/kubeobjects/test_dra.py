@@ -14,7 +14,7 @@ from extender.adapters.kubeobjects.dra import parse_selector, pod_claims
 from extender.core.devices.facts import DRIVER, AllocatedDevice, DeviceRequest, Match
 from extender.core.model import PodClaim
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dra"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dra"
 T = Translator("nvidia.com/gpu")
 
 

@@ -19,8 +19,8 @@ from extender.api.v1 import extender_pb2 as pb
 from extender.localcluster import pki
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.settings import Settings, from_mapping
-from tests.adapters.fake_apiserver import HANG, FakeApiServer
-from tests.adapters.test_app import node
+from tests.adapters.k8s.fake_apiserver import HANG, FakeApiServer
+from tests.test_app import node
 
 
 def test_serve_wires_grpc_with_health_and_verbs():

@@ -11,7 +11,7 @@ import pytest
 
 from extender import app
 from extender.settings import Settings, from_mapping
-from tests.adapters.fake_apiserver import HANG, FakeApiServer
+from tests.adapters.k8s.fake_apiserver import HANG, FakeApiServer
 
 
 def node(name):

@@ -17,7 +17,7 @@ from extender.adapters.k8s.watch_cache import DRA_RESOURCES, GROUPS, NODES, PODG
 from extender.adapters.metrics import Metrics
 from extender.core.model import PodRef
 from tests.topologies import TRANSLATE
-from tests.adapters.fake_apiserver import HANG, FakeApiServer, status
+from tests.adapters.k8s.fake_apiserver import HANG, FakeApiServer, status
 
 
 def node(name, rv="1"):
