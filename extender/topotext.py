@@ -33,12 +33,13 @@ clique          -                       ClusterUUID             nvidia.com/gpu.c
 X+clique        scheme X                scheme X                nvidia.com/gpu.clique
 ==============  ======================  ======================  ============================
 
-The keys are the label presets' (``adapters/kubeobjects/labels.PRESETS``; a word names a
-preset level by its short name). (``topograph`` keys are ``network.topology.nvidia.com/*`` of Topograph v0.3-v0.5,
-``topograph-v0.1`` the same prefix at v0.1.0, ``topograph-v1`` ``fabric.topograph.run/tier-N``
-and ``accelerator.topograph.run/*``, ``gke`` ``cloud.google.com/gce-topology-*``, ``eks``
-``topology.k8s.aws/network-node-layer-*``, ``oci`` ``oci.oraclecloud.com/*``.) With a clique,
-``nvl`` is ``nvidia.com/gpu.clique = <rack value>.<nvl value>``: the rack names the ClusterUUID.
+The keys are the label presets' (``adapters/kubeobjects/labels.PRESETS``): each word names a
+preset level by its short name. (``topograph`` keys are ``network.topology.nvidia.com/*`` of
+Topograph v0.3-v0.5, ``topograph-v0.1`` the same prefix at v0.1.0, ``topograph-v1``
+``fabric.topograph.run/tier-N`` and ``accelerator.topograph.run/*``, ``gke``
+``cloud.google.com/gce-topology-*``, ``eks`` ``topology.k8s.aws/network-node-layer-*``, ``oci``
+``oci.oraclecloud.com/*``.) With a clique, ``nvl`` is ``nvidia.com/gpu.clique = <rack
+value>.<nvl value>``: the rack names the ClusterUUID.
 
 A compact generator is one line of ``key=value`` words and expands to a drawing::
 

@@ -8,7 +8,8 @@ Imports: this package and the standard library only (``tests/test_layers.py``).
 The shared words at the root, each concern in a package of its own (inner first; every
 package's ``__init__`` maps its modules, ``tests/test_layers.py`` keeps the maps whole):
 
-    model.py      the facts: levels, nodes, pods, groups, members, gangs.
+    model.py      the facts: levels, nodes, pods, groups, members, gangs; a pod as the API
+                  server's writes name it (PodRef).
     errors.py     railyard's exception hierarchy.
     cluster/      the cluster as railyard holds it: the static tree, the counters and
                   reservations over it, the index of pods.
