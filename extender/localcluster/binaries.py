@@ -2,7 +2,10 @@
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
 under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and ``tools/kueue`` for the
-optional Kueue manager, built only when asked for). ``go install pkg@version``
+optional Kueue manager, built only when asked for). ``tools/kube`` pins the default Kubernetes
+version; each further ``tools/kube-<minor>`` pins another one (``--kubernetes-version``), and a
+helper module whose go.mod has a ``toolchain`` line is built with that toolchain
+(``GOTOOLCHAIN``, fetched from the Go module proxy). ``go install pkg@version``
 cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
 directives; a helper module that requires them (and pins the Kubernetes staging modules to
 their published tags) can. See KUBE-FACTS.md section 3.
@@ -14,6 +17,7 @@ of Kubernetes takes many minutes on 2 cores, so progress goes to stderr as it co
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -43,6 +47,7 @@ _PROXY_ERRORS = (
     "TLS handshake timeout",
     "404 Not Found",
     "410 Gone",
+    "403 Forbidden",
     "module lookup disabled",
     "GOPROXY=off",
     "GOFLAGS=-mod=vendor",
@@ -73,6 +78,11 @@ class Component:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
         return required_version(tools_dir / self.tool_dir / "go.mod", self.module)
 
+    @property
+    def is_kubernetes(self) -> bool:
+        """Built from ``k8s.io/kubernetes`` (kube-apiserver, kube-scheduler, kube-controller-manager)."""
+        return self.module == KUBERNETES_MODULE
+
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
@@ -83,7 +93,7 @@ class Component:
         """
         if self.name == "kueue":
             return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
-        if self.name != "kubernetes":
+        if not self.is_kubernetes:
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
         if not match:
@@ -97,17 +107,28 @@ class Component:
 
     def version_marker(self, version: str) -> str:
         """What the binaries' ``--version`` output must contain."""
-        return version if self.name == "kubernetes" else version.lstrip("v")
+        return version if self.is_kubernetes else version.lstrip("v")
 
 
+KUBERNETES_MODULE = "k8s.io/kubernetes"
+#: The default Kubernetes version's helper module; others are ``tools/kube-<minor>``.
+DEFAULT_KUBE_TOOL_DIR = "kube"
 KUBERNETES = Component(
     name="kubernetes",
-    tool_dir="kube",
-    module="k8s.io/kubernetes",
+    tool_dir=DEFAULT_KUBE_TOOL_DIR,
+    module=KUBERNETES_MODULE,
     packages={
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     },
+)
+#: Its own cache entry, from the same helper module: a cache that holds the API server and
+#: scheduler of a version keeps serving them while the controller manager is built beside it.
+KUBE_CONTROLLER_MANAGER = Component(
+    name="kube-controller-manager",
+    tool_dir=DEFAULT_KUBE_TOOL_DIR,
+    module=KUBERNETES_MODULE,
+    packages={"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
 )
 ETCD = Component(
     name="etcd",
@@ -128,7 +149,7 @@ KUEUE = Component(
     packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
     answers_version=False,
 )
-COMPONENTS = (ETCD, KWOK, KUBERNETES)  # smallest first: early failures come early
+COMPONENTS = (ETCD, KWOK, KUBERNETES, KUBE_CONTROLLER_MANAGER)  # smallest first: early failures come early
 #: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``):
 #: every cluster needs COMPONENTS, few need Kueue, and its cold build adds minutes.
 OPTIONAL_COMPONENTS = (KUEUE,)
@@ -149,6 +170,39 @@ def required_version(go_mod: Path, module: str) -> str:
     return match.group(1)
 
 
+def toolchain(go_mod: Path) -> str | None:
+    """The go.mod ``toolchain`` line's value (e.g. ``go1.27.3``), or None if it has none."""
+    try:
+        text = Path(go_mod).read_text()
+    except OSError:
+        return None
+    match = re.search(r"^toolchain\s+(\S+)\s*$", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def kubernetes_versions(tools_dir: Path = TOOLS_DIR) -> dict[str, str]:
+    """Every pinned Kubernetes version -> its helper module directory, the default first."""
+    found = {KUBERNETES.version(tools_dir): DEFAULT_KUBE_TOOL_DIR}
+    for go_mod in sorted(tools_dir.glob(f"{DEFAULT_KUBE_TOOL_DIR}-*/go.mod")):
+        found.setdefault(required_version(go_mod, KUBERNETES_MODULE), go_mod.parent.name)
+    return found
+
+
+def kubernetes_components(version: str | None = None,
+                          tools_dir: Path = TOOLS_DIR) -> tuple[Component, Component]:
+    """(API server + scheduler, controller manager) of ``version`` (``1.38.0-beta.0`` or
+    ``v1.38.0-beta.0``; None = the default), or BuildError naming the pinned versions."""
+    if version is None:
+        return KUBERNETES, KUBE_CONTROLLER_MANAGER
+    pinned = kubernetes_versions(tools_dir)
+    tool_dir = pinned.get("v" + version.removeprefix("v"))
+    if tool_dir is None:
+        choices = ", ".join(f"{v.removeprefix('v')} (tools/{d})" for v, d in pinned.items())
+        raise BuildError(f"Kubernetes {version} is not pinned here; pinned versions: {choices}")
+    return (dataclasses.replace(KUBERNETES, tool_dir=tool_dir),
+            dataclasses.replace(KUBE_CONTROLLER_MANAGER, tool_dir=tool_dir))
+
+
 def cache_root() -> Path:
     """``$RAILYARD_CACHE`` or ``~/.cache/railyard/bin``."""
     override = os.environ.get("RAILYARD_CACHE")
@@ -165,6 +219,10 @@ class Binaries:
     kwok: Path
     kueue: Path | None = None
     """Kueue's manager; None unless asked for (``ensure(with_kueue=True)``)."""
+    kube_controller_manager: Path | None = None
+    """None when not asked for (``ensure(controllers=False)``)."""
+    kubernetes_version: str = ""
+    """The version of kube-apiserver, kube-scheduler and kube-controller-manager, e.g. ``v1.37.2``."""
 
 
 def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
@@ -182,10 +240,17 @@ def ensure(
     tools_dir: Path = TOOLS_DIR,
     log: TextIO = sys.stderr,
     with_kueue: bool = False,
+    kubernetes_version: str | None = None,
+    controllers: bool = True,
 ) -> Binaries:
-    """Every binary, from the cache or freshly built; raises BuildError with one clear line."""
+    """Every binary, from the cache or freshly built; raises BuildError with one clear line.
+
+    ``kubernetes_version``: one of ``kubernetes_versions()`` (None = the default);
+    ``controllers``: also kube-controller-manager of that version.
+    """
     root = root or cache_root()
-    wanted = COMPONENTS + ((KUEUE,) if with_kueue else ())
+    kube, kcm = kubernetes_components(kubernetes_version, tools_dir)
+    wanted = (ETCD, KWOK, kube) + ((kcm,) if controllers else ()) + ((KUEUE,) if with_kueue else ())
     dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in wanted}
     return Binaries(
         etcd=dirs["etcd"] / "etcd",
@@ -193,6 +258,8 @@ def ensure(
         kube_scheduler=dirs["kubernetes"] / "kube-scheduler",
         kwok=dirs["kwok"] / "kwok",
         kueue=dirs["kueue"] / "kueue" if with_kueue else None,
+        kube_controller_manager=dirs[kcm.name] / "kube-controller-manager" if controllers else None,
+        kubernetes_version=kube.version(tools_dir),
     )
 
 
@@ -239,10 +306,15 @@ def find_go() -> str:
     return go
 
 
-def go_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``go``: static binaries, no cgo toolchain needed."""
+def go_env(base: dict[str, str] | None = None, module_dir: Path | None = None) -> dict[str, str]:
+    """The environment for ``go``: static binaries, no cgo toolchain needed; in a helper module
+    whose go.mod names a ``toolchain`` (Kubernetes 1.38 needs Go 1.27), ``GOTOOLCHAIN`` set to
+    it, so the go command fetches that toolchain from the Go module proxy for this build only."""
     env = dict(os.environ if base is None else base)
     env["CGO_ENABLED"] = "0"
+    wanted = toolchain(module_dir / "go.mod") if module_dir is not None else None
+    if wanted:
+        env["GOTOOLCHAIN"] = wanted
     return env
 
 
@@ -272,7 +344,7 @@ def _build(
     started = time.monotonic()
     print(f"railyard: building {label} from the Go module proxy; a cold build takes many minutes, "
           f"log: {build_log}", file=log, flush=True)
-    env = go_env()
+    env = go_env(module_dir=module_dir)
     with open(build_log, "w") as out:
         # Step 1 fetches every needed module (proxy failures surface here) and counts packages.
         listing = subprocess.run(
@@ -380,12 +452,19 @@ def module_dir(component: Component, tools_dir: Path = TOOLS_DIR) -> Path:
 
 
 def _explain(label: str, output: str, build_log: Path) -> str:
-    lines = [line for line in output.strip().splitlines() if line.strip()]
+    # Without go's "to add: go get ..." hint lines, which name no module that is missing.
+    lines = [line.strip() for line in output.strip().splitlines()
+             if line.strip() and not line.strip().startswith(("go get ", "go mod download "))]
     last = lines[-1] if lines else "no output"
-    if any(marker in output for marker in _PROXY_ERRORS):
+    failed = [line for line in lines if any(marker in line for marker in _PROXY_ERRORS)]
+    if failed:
+        # The line that names the module (a refusal's "server response" follows it).
         proxy = os.environ.get("GOPROXY") or _go_env_value("GOPROXY") or "unset"
         return (f"cannot build {label}: fetching modules from the Go module proxy failed "
-                f"(GOPROXY={proxy}): {last}; check the network or GOPROXY; full log: {build_log}")
+                f"(GOPROXY={proxy}): {failed[-1]}; check the network or GOPROXY; full log: {build_log}")
+    if "missing go.sum entry" in last:
+        last = (last.removesuffix("; to add:")
+                + " (the helper module's go.sum lacks that module: see the top of its go.mod)")
     return f"cannot build {label}: {last}; full log: {build_log}"
 
 
@@ -403,12 +482,16 @@ def _elapsed(since: float) -> str:
 
 
 def describe(root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> list[str]:
-    """One line per component: version and whether it is cached (for ``cluster status``)."""
+    """One line per component and pinned version: whether it is cached (for ``cluster build``)."""
+    others = [c for v in list(kubernetes_versions(tools_dir))[1:] for c in kubernetes_components(v, tools_dir)]
     lines = []
-    for component in COMPONENTS + OPTIONAL_COMPONENTS:
+    for component in COMPONENTS + OPTIONAL_COMPONENTS + tuple(others):
+        version = component.version(tools_dir)
         state = "cached" if is_cached(component, root, tools_dir) else "not built yet"
         if component in OPTIONAL_COMPONENTS and state != "cached":
             state += " (optional: --with-kueue)"
-        lines.append(f"{component.name} {component.version(tools_dir)}: {state} in {cached_dir(component, root, tools_dir)}")
+        elif component in others and state != "cached":
+            state += f" (optional: --kubernetes-version {version.removeprefix('v')})"
+        lines.append(f"{component.name} {version}: {state} in {cached_dir(component, root, tools_dir)}")
     return lines
 

@@ -20,7 +20,8 @@ from extender.localcluster.errors import ClusterError
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster",
-        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kwok; optionally Kueue) with fake GPU nodes",
+        help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok; "
+             "optionally Kueue) with fake GPU nodes",
         description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
     )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -37,10 +38,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="a KubeSchedulerConfiguration to run instead of the generated one")
     up.add_argument("--no-extender", dest="extender", action="store_false",
                     help="run a plain kube-scheduler without the railyard extender")
+    up.add_argument("--no-controllers", dest="controllers", action="store_false",
+                    help="run no kube-controller-manager (nothing creates the pods of Jobs or StatefulSets, "
+                         "nothing garbage-collects)")
+    _kubernetes_version(up, "kube-apiserver, kube-scheduler and kube-controller-manager of this pinned "
+                            "Kubernetes version, built on first use")
     up.add_argument("--apiserver-port", type=_port, default=0, metavar="PORT",
                     help="API server port on 127.0.0.1 (default: a free one)")
     up.add_argument("--feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
-                    help="Kubernetes feature gates for kube-apiserver and kube-scheduler, "
+                    help="Kubernetes feature gates for kube-apiserver, kube-scheduler and kube-controller-manager, "
                          "e.g. GenericWorkload=true,TopologyAwareWorkloadScheduling=true")
     up.add_argument("--runtime-config", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                     metavar="GROUP/VERSION=BOOL,...",
@@ -94,7 +100,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.add_argument("--with-kueue", action="store_true",
                        help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
+    _kubernetes_version(build, "build this pinned Kubernetes version instead (repeatable)", repeat=True)
     build.set_defaults(func=run_build)
+
+
+def _kubernetes_version(parser: argparse.ArgumentParser, text: str, repeat: bool = False) -> None:
+    parser.add_argument("--kubernetes-version", dest="kubernetes_versions" if repeat else "kubernetes_version",
+                        action="append" if repeat else "store", default=[] if repeat else None, metavar="VERSION",
+                        help=f"{text}, e.g. 1.38.0-beta.0 (pinned by tools/kube*/go.mod; `cluster build` "
+                             "lists them; default: tools/kube's)")
 
 
 def _workdir(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +153,8 @@ def run_up(args: argparse.Namespace) -> int:
         topology=args.topology,
         scheduler_config=args.scheduler_config,
         extender=args.extender,
+        controllers=args.controllers,
+        kubernetes_version=args.kubernetes_version,
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
         feature_gates=args.feature_gates,
@@ -179,8 +195,11 @@ def run_status(args: argparse.Namespace) -> int:
     for proc in procs:
         print(f"{proc.name:15} {'running' if proc.running else 'NOT running':12} pid {proc.pid}")
     if state:
-        print(f"api server      {state.get('apiServer')}  ({state.get('nodes')} nodes, {state.get('phase')})")
+        print(f"api server      {state.get('apiServer')}  (Kubernetes {state.get('kubernetes') or '?'}, "
+              f"{state.get('nodes')} nodes, {state.get('phase')})")
         print(f"extender        {state.get('extender') or 'off'}")
+        manager = state.get("controllerManager")
+        print(f"controllers     {', '.join(manager['controllers']) if manager else 'off (--no-controllers)'}")
         kueue = state.get("kueue")
         if kueue:
             tas = "on" if kueue.get("topologyAwareScheduling") else "off"
@@ -221,7 +240,8 @@ def run_restart_replica(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure(with_kueue=args.with_kueue)
+        for version in args.kubernetes_versions or [None]:
+            bins = binaries.ensure(with_kueue=args.with_kueue, kubernetes_version=version)
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

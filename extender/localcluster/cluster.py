@@ -1,13 +1,14 @@
 """``cluster up / down / status``: start the local control plane, wait until healthy, stop it.
 
 Order of ``up``: check the workdir and every input (nothing started yet) -> binaries (built
-once per machine) -> PKI and kubeconfig -> etcd -> kube-apiserver (/readyz) -> nodes and
-filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler (/readyz, informers
-synced) -> with ``--with-kueue``: Kueue's CRDs (Established), its manager (/readyz), its
-webhook configurations (until the API server calls them) -> every node listed. The extender
-starts before the scheduler so the scheduler's first pod never meets a missing extender. Any
-failure, Ctrl-C included, stops what was started before the error is raised: ``up`` never
-leaves a half cluster running.
+once per machine and Kubernetes version) -> PKI and kubeconfig -> etcd -> kube-apiserver
+(/readyz) -> nodes and filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler
+(/readyz, informers synced) -> kube-controller-manager (its controllers built; not with
+``--no-controllers``) -> with ``--with-kueue``: Kueue's CRDs (Established), its manager
+(/readyz), its webhook configurations (until the API server calls them) -> every node listed.
+The extender starts before the scheduler so the scheduler's first pod never meets a missing
+extender. Any failure, Ctrl-C included, stops what was started before the error is raised:
+``up`` never leaves a half cluster running.
 
 Workdir layout::
 
@@ -43,7 +44,7 @@ from extender.localcluster import config, dra, identity, kueue as kueue_mod, nod
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
-COMPONENTS = ("kueue", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
+COMPONENTS = ("kueue", "kube-controller-manager", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
 DEFAULT_WORKDIR = Path(".railyard/cluster")
 #: Concurrent node/pod creations: enough to keep the API server busy on 2 cores.
 CREATE_PARALLELISM = 16
@@ -65,11 +66,16 @@ class UpOptions:
     node_set: nodes_mod.NodeSet | None = None
     """Nodes given directly (tests); wins over ``nodes_file`` and ``topology``."""
     binaries: binaries_mod.Binaries | None = None
-    """Prebuilt binaries; None = ``binaries.ensure()``."""
+    """Prebuilt binaries; None = ``binaries.ensure()`` at ``kubernetes_version``."""
+    kubernetes_version: str | None = None
+    """kube-apiserver, kube-scheduler and kube-controller-manager of this pinned version
+    (``--kubernetes-version``, e.g. ``1.38.0-beta.0``); None = the default (``tools/kube``)."""
+    controllers: bool = True
+    """Run kube-controller-manager with ``config.CONTROLLERS`` (``--no-controllers``: without)."""
     timeout: float = 180.0
     """Seconds each component may take to become healthy."""
     feature_gates: dict[str, bool] = field(default_factory=dict)
-    """Kubernetes feature gates for kube-apiserver and kube-scheduler alike, e.g.
+    """Kubernetes feature gates for kube-apiserver, kube-scheduler and kube-controller-manager alike, e.g.
     ``{"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}`` (native gangs)."""
     runtime_config: tuple[str, ...] = ()
     """kube-apiserver ``--runtime-config`` entries, e.g. ``("scheduling.k8s.io/v1beta1=true",)``."""
@@ -133,7 +139,12 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     problems = kueue_mod.gate_problems(options.kueue_feature_gates) if options.kueue else []
     if problems:
         raise ClusterError("; ".join(problems))
-    bins = options.binaries or binaries_mod.ensure(log=log, with_kueue=options.kueue)
+    bins = options.binaries or binaries_mod.ensure(
+        log=log, with_kueue=options.kueue, kubernetes_version=options.kubernetes_version,
+        controllers=options.controllers)
+    if options.controllers and bins.kube_controller_manager is None:
+        raise ClusterError("the binaries given have no kube-controller-manager; build it "
+                           "(`railyard cluster build`) or run with --no-controllers")
     kueue_sources = _kueue_sources(bins) if options.kueue else None
 
     try:
@@ -163,19 +174,21 @@ def _start_all(
     log: TextIO,
     started: float,
 ) -> ClusterInfo:
-    ports, replicas = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None, replicas=options.replicas)
+    ports, replicas = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None, replicas=options.replicas,
+                                  controllers=options.controllers)
     pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
     api_url = f"https://{config.HOST}:{ports.apiserver}"
     kubeconfig_file = workdir / "kubeconfig"
     kubeconfig_file.write_text(config.dump_yaml(config.kubeconfig(pki, api_url)))
     kubeconfig_file.chmod(0o600)
     ext_url = config.extender_url(ports) if options.extender else None
+    controllers = _controllers_state(ports, options.feature_gates) if options.controllers else None
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "starting",
-                 replicas=replicas)
+                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers)
 
     env = processes.clean_env()
     timeout = options.timeout
-    api_extra, scheduler_extra = config.feature_flags(options.feature_gates, options.runtime_config)
+    api_extra, kube_extra = config.feature_flags(options.feature_gates, options.runtime_config)
 
     _say(log, f"starting etcd on 127.0.0.1:{ports.etcd_client}")
     etcd = processes.start(workdir, "etcd", config.etcd_args(bins.etcd, workdir / "etcd", ports), env)
@@ -230,10 +243,20 @@ def _start_all(
         scheduler = processes.start(
             workdir, replica.scheduler_name,
             config.scheduler_args(bins.kube_scheduler, workdir / replica.config_name, kubeconfig_file, p,
-                                  leader_elect=ha) + scheduler_extra, env)
+                                  leader_elect=ha) + kube_extra, env)
         wait_healthy(
             workdir, scheduler,
             lambda: _http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
+
+    if controllers is not None:
+        assert bins.kube_controller_manager is not None
+        _say(log, f"starting kube-controller-manager: {', '.join(config.CONTROLLERS)}")
+        manager = processes.start(
+            workdir, "kube-controller-manager",
+            config.controller_manager_args(bins.kube_controller_manager, kubeconfig_file, ports) + kube_extra, env)
+        health = f"https://{config.HOST}:{ports.controller_manager}/healthz?verbose"
+        wait_healthy(workdir, manager, lambda: config.CONTROLLER_MANAGER_READY in (_http_text(health, insecure=True) or ""),
+                     timeout)
 
     kueue_state = None
     if kueue_sources is not None:
@@ -246,7 +269,7 @@ def _start_all(
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state,
-                 replicas=replicas)
+                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
@@ -254,6 +277,13 @@ def _start_all(
         extender_url=ext_url, nodes=len(node_set.nodes), seconds=seconds,
         pids={p.name: p.pid for p in processes.recorded(workdir)}, kueue=kueue_state,
     )
+
+
+def _controllers_state(ports: config.Ports, feature_gates: dict[str, bool]) -> dict[str, Any]:
+    """What ``cluster.json`` records of kube-controller-manager."""
+    return {"controllers": list(config.CONTROLLERS),
+            "health": f"https://{config.HOST}:{ports.controller_manager}/healthz",
+            "featureGates": dict(feature_gates)}
 
 
 def _kueue_sources(bins: binaries_mod.Binaries) -> kueue_mod.Sources:
@@ -370,8 +400,8 @@ def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
     return doc
 
 
-def _pick_ports(apiserver_port: int, kueue: bool = False,
-                replicas: int = 1) -> tuple[config.Ports, list[config.Replica]]:
+def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
+                controllers: bool = True) -> tuple[config.Ports, list[config.Replica]]:
     picked: set[int] = set()
 
     def fresh() -> int:
@@ -385,6 +415,7 @@ def _pick_ports(apiserver_port: int, kueue: bool = False,
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
         scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
         **({"kueue_webhook": fresh(), "kueue_health": fresh(), "kueue_metrics": fresh()} if kueue else {}),
+        **({"controller_manager": fresh()} if controllers else {}),
     )
     more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh()))
             for i in range(2, replicas + 1)]
@@ -408,26 +439,33 @@ def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], boo
 
 
 def _http_ok(url: str, insecure: bool = False) -> bool:
+    return _http_text(url, insecure) is not None
+
+
+def _http_text(url: str, insecure: bool = False) -> str | None:
+    """The body of a 200 answer, or None."""
     context = None
     if url.startswith("https"):
         context = ssl.create_default_context()
-        if insecure:  # kube-scheduler serves a self-signed cert it made in memory
+        if insecure:  # kube-scheduler and kube-controller-manager serve a self-signed cert made in memory
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
-            return response.status == 200
+            return response.read().decode("utf-8", "replace") if response.status == 200 else None
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return None
 
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
-                 replicas: Sequence[config.Replica] = ()) -> None:
+                 replicas: Sequence[config.Replica] = (), kubernetes: str = "",
+                 controllers: dict[str, Any] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
-        "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+        "kubernetes": kubernetes, "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
         "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
+        "controllerManager": controllers,
     }
     if len(replicas) > 1:
         state["leaderLease"] = "/".join(config.LEADER_LEASE)

@@ -64,11 +64,42 @@ class Ports:
     """Kueue's ``/healthz`` and ``/readyz`` (HTTP)."""
     kueue_metrics: int = 0
     """Kueue's ``/metrics`` (HTTPS, bearer token)."""
+    controller_manager: int = 0
+    """kube-controller-manager's ``/healthz`` and ``/metrics`` (HTTPS); 0 = not running
+    (``--no-controllers``)."""
 
     def as_dict(self) -> dict[str, int]:
-        """Every port in use (Kueue's only when it runs)."""
-        return {k: v for k, v in self.__dict__.items() if v or not k.startswith("kueue_")}
+        """Every port in use (Kueue's and the controller manager's only when they run)."""
+        optional = ("kueue_", "controller_manager")
+        return {k: v for k, v in self.__dict__.items() if v or not k.startswith(optional)}
 
+
+#: kube-controller-manager's controllers (``--controllers``, canonical names; kubernetes@v1.37.2
+#: ``cmd/kube-controller-manager/names/controller_names.go``). An explicit list, so nothing else
+#: starts: what a training cluster needs, and nothing that fights kwok. Left out on purpose:
+#: ``node-lifecycle-controller`` (kwok nodes send no heartbeats here: after its 50 s grace
+#: period it would mark every node NotReady and taint it unreachable) and
+#: ``taint-eviction-controller`` (it would then evict every pod), ``disruption-controller``
+#: (without it a PodDisruptionBudget allows no eviction at all, which tests/e2e/test_preemption.py
+#: relies on); the rest (Deployments, Services, volumes, certificates, ServiceAccounts...) is not
+#: needed by any test or workload railyard places. docs/local-cluster.md says why each one runs.
+CONTROLLERS = (
+    "job-controller",                        # Indexed Jobs (JobSet, Trainer) create and replace pods
+    "garbage-collector-controller",          # a deleted owner's pods go; foreground deletion (JobSet restarts)
+    "pod-garbage-collector-controller",      # pods of deleted nodes; unscheduled terminating pods
+    "statefulset-controller",                # LeaderWorkerSet's leader and worker sets
+    "namespace-controller",                  # deleting a namespace deletes what it holds
+    "ttl-after-finished-controller",         # Job ttlSecondsAfterFinished
+    "resourceclaim-controller",              # DRA: claims from templates, released when their pods go
+    "podgroup-protection-controller",        # Workload API: a PodGroup's finalizer goes with its last pod
+)
+#: Its client: the default qps 20 / burst 30 would throttle a 1,000-pod Job (KUBE-FACTS 3).
+CONTROLLER_MANAGER_QPS = 1000
+CONTROLLER_MANAGER_BURST = 2000
+#: What ``up`` waits for in its ``/healthz?verbose``: each controller's check appears there once
+#: the controllers are built (kubernetes@v1.37.2 cmd/kube-controller-manager/app/controllermanager.go
+#: ``BuildControllers``); before that ``/healthz`` alone already answers ok.
+CONTROLLER_MANAGER_READY = "[+]job-controller ok"
 
 #: ``cluster up --replicas N`` (N > 1): kube-scheduler's leader election on a Lease in
 #: kube-system, with durations short enough for a failover test (defaults: 15 s / 10 s / 2 s).
@@ -279,11 +310,12 @@ def etcd_args(binary: Path, data_dir: Path, ports: Ports) -> list[str]:
 
 def feature_flags(feature_gates: dict[str, bool] | None = None,
                   runtime_config: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    """Extra flags for (kube-apiserver, kube-scheduler): ``--feature-gates`` on both, so the
-    API fields and the scheduler plugins agree (e.g. ``GenericWorkload`` gates both the
-    ``scheduling.k8s.io`` Workload/PodGroup fields and the GangScheduling plugin), and
-    ``--runtime-config`` (e.g. ``scheduling.k8s.io/v1beta1=true``: beta APIs are off by default)
-    on the API server only."""
+    """Extra flags for (kube-apiserver, the other Kubernetes components): ``--feature-gates``
+    on all of them, so the API fields, the scheduler plugins and the controllers agree (e.g.
+    ``GenericWorkload`` gates the ``scheduling.k8s.io`` Workload/PodGroup fields, the
+    GangScheduling plugin and the PodGroup protection controller; ``WorkloadWithJob`` the Job
+    controller's PodGroups), and ``--runtime-config`` (e.g. ``scheduling.k8s.io/v1beta1=true``:
+    beta APIs are off by default) on the API server only."""
     common = []
     if feature_gates:
         gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(feature_gates.items()))
@@ -312,9 +344,10 @@ def apiserver_args(binary: Path, pki: Pki, ports: Ports, cert_dir: Path) -> list
         # RBAC, so a later ServiceAccount for the extender proves its Role is enough;
         # the admin cert is in system:masters, which RBAC always allows.
         "--authorization-mode=RBAC",
-        # No kube-controller-manager: no default ServiceAccount for the ServiceAccount plugin,
-        # and no node lifecycle controller to lift the not-ready taint TaintNodesByCondition
-        # puts on every new node (nodes.py taints the nodes that are not Ready instead).
+        # No serviceaccount controller (CONTROLLERS): no default ServiceAccount for the
+        # ServiceAccount plugin; no node lifecycle controller to lift the not-ready taint
+        # TaintNodesByCondition puts on every new node (nodes.py taints the nodes that are not
+        # Ready instead).
         "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         # The kubernetes Service's Endpoints would get 127.0.0.1, which validation rejects.
         "--endpoint-reconciler-type=none",
@@ -336,6 +369,31 @@ def scheduler_args(binary: Path, config_file: Path, kubeconfig_file: Path, ports
         f"--secure-port={ports.scheduler}",
         # Delegated authn/authz of its own endpoints goes to our API server. Skip the lookup of
         # the request-header CA, which this API server (no front proxy) does not publish.
+        f"--authentication-kubeconfig={kubeconfig_file}",
+        f"--authorization-kubeconfig={kubeconfig_file}",
+        "--authentication-skip-lookup=true",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+    ]
+
+
+def controller_manager_args(binary: Path, kubeconfig_file: Path, ports: Ports,
+                            controllers: tuple[str, ...] = CONTROLLERS) -> list[str]:
+    """kube-controller-manager out of cluster, as admin (kubernetes@v1.37.2
+    ``cmd/kube-controller-manager/app/options/options.go``)."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig_file}",
+        f"--controllers={','.join(controllers)}",
+        # One instance: no Lease kube-system/kube-controller-manager to win first.
+        "--leader-elect=false",
+        # Every controller as admin: per-controller ServiceAccount credentials need the token
+        # controller, a signing key and the ServiceAccount admission this cluster turns off.
+        "--use-service-account-credentials=false",
+        f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
+        f"--kube-api-burst={CONTROLLER_MANAGER_BURST}",
+        # Loopback only; the port serves /healthz (what `up` waits for) and /metrics.
+        f"--bind-address={HOST}",
+        f"--secure-port={ports.controller_manager}",
         f"--authentication-kubeconfig={kubeconfig_file}",
         f"--authorization-kubeconfig={kubeconfig_file}",
         "--authentication-skip-lookup=true",

@@ -3,6 +3,8 @@
 - ``local_cluster``: a factory, module scope. ``local_cluster(nodes=[...] | topology="...",
   extender=False)`` starts a cluster through the real command line and returns a
   ``helpers.Cluster``; every cluster it started is stopped when the module ends, pass or fail.
+  ``kubernetes_version="1.38.0-beta.0"`` runs that pinned version (skipped locally while it is
+  not built), ``controllers=False`` runs no kube-controller-manager.
 - ``gpu_cluster``: one shared cluster per session (no extender): four
   schedulable 8-GPU nodes in two racks, one cordoned node, one tainted node
   (``helpers.default_nodes()``).
@@ -62,6 +64,17 @@ def kueue_binaries(control_plane_binaries) -> binaries.Binaries:
     return bins
 
 
+def _need_kubernetes(version: str) -> None:
+    """Skip (locally) while that version's binaries were never built; fail on an unpinned one."""
+    try:
+        components = binaries.kubernetes_components(version)
+    except ClusterError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if not _in_ci() and not all(binaries.is_cached(c) for c in components):
+        pytest.skip(f"Kubernetes {version} not built yet: run `railyard cluster build --kubernetes-version {version}` "
+                    "(with CI=true `cluster up` builds it and a failure fails)")
+
+
 class ClusterStarter:
     """Starts clusters with ``railyard cluster up`` and stops every one of them on ``stop_all``."""
 
@@ -75,9 +88,16 @@ class ClusterStarter:
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
                  gpus_as_dra: bool = False, replicas: int = 1,
-                 extender_settings: dict[str, Any] | None = None) -> Cluster:
+                 extender_settings: dict[str, Any] | None = None,
+                 kubernetes_version: str | None = None, controllers: bool = True) -> Cluster:
+        if kubernetes_version is not None:
+            _need_kubernetes(kubernetes_version)
         workdir = self._tmp.mktemp("cluster")
         args = ["cluster", "up", "--workdir", str(workdir)]
+        if kubernetes_version is not None:
+            args += ["--kubernetes-version", kubernetes_version]
+        if not controllers:
+            args.append("--no-controllers")
         if nodes is not None:
             nodes_file = workdir.parent / f"{workdir.name}-nodes.json"
             nodes_file.write_text(json.dumps(node_list(nodes)))

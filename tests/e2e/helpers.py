@@ -1,8 +1,9 @@
 """Shared helpers for end-to-end tests on the local cluster: real API calls, no mocks.
 
-Pods are plain dicts sent through the official client. There is no kube-controller-manager,
-so a namespace is never emptied by deleting it: each test uses its own namespace and
-deletes its pods with ``delete_pods`` (grace period 0) so the GPUs are free for the next test.
+Pods are plain dicts sent through the official client. Each test uses its own namespace and
+deletes its pods with ``delete_pods`` (grace period 0) so the GPUs are free for the next test:
+faster than deleting the namespace, which kube-controller-manager's namespace controller
+empties one resource type at a time.
 """
 
 from __future__ import annotations

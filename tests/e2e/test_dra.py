@@ -7,9 +7,9 @@ labels MNNVL nodes)::
 
     uuid-a.1: a1 a2 a3 a4        uuid-b.1: b1 b2 b3 b4
 
-There is no kube-controller-manager: nobody makes claims from templates (the tests do, as the
-resourceclaim controller would) and nobody deletes the claims of deleted pods (the tests do,
-after each test, finalizer first).
+kube-controller-manager's resourceclaim controller makes the claims of ResourceClaimTemplates
+and releases the claims of deleted pods; after each test the tests delete whatever claims are
+left, finalizer first.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def ns(cluster):
 
 
 def delete_claims(resource: ResourceV1Api, ns: str) -> None:
-    """What the resourceclaim controller and garbage collector would do for deleted pods."""
+    """Every claim left in ``ns`` (the tests' own, and any the controllers have not removed yet)."""
     for claim in resource.list_namespaced_resource_claim(ns).items:
         name = claim.metadata.name
         try:
@@ -87,28 +87,24 @@ def claim_gang(gang: str, size: int, template: str, annotations: dict[str, str] 
     return pods
 
 
-def make_template_claims(cluster, ns: str, names: list[str], template: dict[str, Any]) -> None:
-    """The resourceclaim controller's job: a claim per pod from its template, owned by the pod,
-    named in the pod's status.resourceClaimStatuses (k8s-1.37.2-facts.md A4)."""
-    for name in names:
-        pod = cluster.core.read_namespaced_pod(name, ns)
-        claim_name = f"{name}-gpus"
-        cluster.resource.create_namespaced_resource_claim(ns, {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": claim_name, "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod.metadata.uid,
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": template["spec"]["spec"]})
-        cluster.core.patch_namespaced_pod_status(name, ns, {"status": {"resourceClaimStatuses": [
-            {"name": "gpus", "resourceClaimName": claim_name}]}})
+def template_claims(cluster, ns: str, names: list[str]) -> dict[str, str]:
+    """pod -> the claim the resourceclaim controller made for it from its template (named in the
+    pod's status.resourceClaimStatuses), once every pod has one."""
+    def made() -> dict[str, str] | None:
+        found = {}
+        for name in names:
+            statuses = cluster.core.read_namespaced_pod(name, ns).status.resource_claim_statuses or []
+            found.update({name: st.resource_claim_name for st in statuses if st.resource_claim_name})
+        return found if len(found) == len(names) else None
+
+    return wait_for(made, BIND_TIMEOUT, "the resourceclaim controller's claims")
 
 
-def gpu8_template(cluster, ns: str) -> dict[str, Any]:
+def gpu8_template(cluster, ns: str) -> None:
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu8"},
                 "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
                     "deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": 8}}]}}}}
     cluster.resource.create_namespaced_resource_claim_template(ns, template)
-    return template
 
 
 def test_no_node_reports_gpus_and_a_one_gpu_pod_binds(cluster, ns):
@@ -148,26 +144,27 @@ def test_a_gang_of_four_by_eight_binds_whole_in_one_nvlink_domain_and_the_next_w
 
 
 def test_a_gang_using_claim_templates_binds_whole_and_a_larger_one_waits(cluster, ns):
-    template = gpu8_template(cluster, ns)
+    gpu8_template(cluster, ns)
     with BindingWatch(cluster.core, ns) as watch:
         pods = claim_gang("t", 4, "gpu8", NVLINK)
         names = create_pods(cluster.core, ns, pods)
-        make_template_claims(cluster, ns, names, template)
+        claim_of = template_claims(cluster, ns, names)
         bound = watch.wait_bound(names, BIND_TIMEOUT, "gang t")
         assert len({DOMAIN_OF[n] for n in bound.values()}) == 1 and len(set(bound.values())) == 4
         claims = allocations(cluster.resource, ns)
         for member, node in bound.items():
-            assert sorted(claims[f"{member}-gpus"]) == sorted((node, f"gpu-{i}") for i in range(8))
+            assert sorted(claims[claim_of[member]]) == sorted((node, f"gpu-{i}") for i in range(8))
 
         big = claim_gang("u", 5, "gpu8", NVLINK)
         big_names = create_pods(cluster.core, ns, big)
-        make_template_claims(cluster, ns, big_names, template)
+        big_claims = template_claims(cluster, ns, big_names)
         wait_for(lambda: any(f"gang {ns}/u needs 5 pods x 8 GPUs" in (e.message or "")
                              for e in cluster.core.list_namespaced_event(ns).items),
                  BIND_TIMEOUT, "gang u's reason")
         time.sleep(3)
         assert watch.bound(big_names) == {}
-        assert all(claims == [] for name, claims in allocations(cluster.resource, ns).items() if name.startswith("u-"))
+        claims = allocations(cluster.resource, ns)
+        assert all(claims[claim] == [] for claim in big_claims.values())
         watch.assert_whole()
 
 

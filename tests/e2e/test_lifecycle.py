@@ -45,7 +45,7 @@ def test_topology_cluster_then_down_leaves_nothing_running(local_cluster):
     assert "already running" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
     running = processes.recorded(cluster.workdir)
-    assert {p.name for p in running} == {"etcd", "kube-apiserver", "kwok", "kube-scheduler"}
+    assert {p.name for p in running} == {"etcd", "kube-apiserver", "kwok", "kube-scheduler", "kube-controller-manager"}
     assert all(processes.is_alive(p) for p in running)
 
     cluster.railyard("down")

@@ -74,7 +74,8 @@ def test_pods_naming_the_railyard_scheduler_are_scheduled_too(gpu_cluster, ns):
 
 def test_status_says_what_runs(gpu_cluster):
     result = gpu_cluster.railyard("status")
-    for name in ("etcd", "kube-apiserver", "kwok", "kube-scheduler"):
+    for name in ("etcd", "kube-apiserver", "kwok", "kube-scheduler", "kube-controller-manager"):
         assert f"{name}" in result.stdout
+    assert "controllers     job-controller, " in result.stdout
     assert "NOT running" not in result.stdout
     assert str(gpu_cluster.kubeconfig) in result.stdout

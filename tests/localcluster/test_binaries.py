@@ -89,3 +89,107 @@ def test_proxy_failures_are_told_apart_from_build_errors(tmp_path, monkeypatch):
     assert str(log) in proxy
     broken = binaries._explain("etcd v3.6.16 (etcd)", "# pkg\nfile.go:3:1: syntax error\n", log)
     assert broken == f"cannot build etcd v3.6.16 (etcd): file.go:3:1: syntax error; full log: {log}"
+
+
+# -- kube-controller-manager and Kubernetes versions -----------------------------------------------
+
+def _tools(tmp_path, **modules: str):
+    """A tools/ tree: directory name -> go.mod text."""
+    tools = tmp_path / "tools"
+    for name, text in modules.items():
+        (tools / name).mkdir(parents=True)
+        (tools / name / "go.mod").write_text(text)
+    return tools
+
+
+def _kube_mod(version: str, go: str = "1.26.0", toolchain: str = "") -> str:
+    return (f"module x\n\ngo {go}\n" + (f"\ntoolchain {toolchain}\n" if toolchain else "")
+            + f"\nrequire k8s.io/kubernetes {version}\n")
+
+
+def test_the_controller_manager_is_built_from_the_kubernetes_helper_module_with_honest_version_flags():
+    kcm = binaries.KUBE_CONTROLLER_MANAGER
+    assert kcm in binaries.COMPONENTS
+    assert kcm.tool_dir == binaries.KUBERNETES.tool_dir and kcm.version() == binaries.KUBERNETES.version()
+    assert kcm.packages == {"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"}
+    assert kcm.ldflags("v1.37.2") == binaries.KUBERNETES.ldflags("v1.37.2")
+    assert kcm.version_marker("v1.37.2") == "v1.37.2"
+    # Its own cache entry: the API server and scheduler of that version keep theirs.
+    assert binaries.cached_dir(kcm).name == f"kube-controller-manager-{kcm.version()}"
+
+
+def test_every_pinned_kubernetes_version_is_found_the_default_first(tmp_path):
+    tools = _tools(tmp_path, kube=_kube_mod("v1.37.2"),
+                   **{"kube-1.38": _kube_mod("v1.38.0-beta.0", "1.27.0", "go1.27.3")},
+                   kueue="module y\nrequire sigs.k8s.io/kueue v0.17.0\n")
+    assert binaries.kubernetes_versions(tools) == {"v1.37.2": "kube", "v1.38.0-beta.0": "kube-1.38"}
+    kube, kcm = binaries.kubernetes_components("1.38.0-beta.0", tools)
+    assert (kube.tool_dir, kcm.tool_dir) == ("kube-1.38", "kube-1.38")
+    assert kube.version(tools) == "v1.38.0-beta.0" and kube.name == "kubernetes"
+    assert binaries.kubernetes_components("v1.38.0-beta.0", tools) == (kube, kcm)
+    assert binaries.kubernetes_components(None, tools)[0] == binaries.KUBERNETES
+    with pytest.raises(binaries.BuildError, match=r"Kubernetes 1\.36\.0 is not pinned here; pinned versions: "
+                                                  r"1\.37\.2 \(tools/kube\), 1\.38\.0-beta\.0 \(tools/kube-1\.38\)"):
+        binaries.kubernetes_components("1.36.0", tools)
+
+
+def test_the_toolchain_line_sets_gotoolchain_for_that_module_only(tmp_path):
+    tools = _tools(tmp_path, kube=_kube_mod("v1.37.2"),
+                   **{"kube-1.38": _kube_mod("v1.38.0-beta.0", "1.27.0", "go1.27.3")})
+    assert binaries.toolchain(tools / "kube-1.38" / "go.mod") == "go1.27.3"
+    assert binaries.toolchain(tools / "kube" / "go.mod") is None
+    assert binaries.go_env({"GOTOOLCHAIN": "local"}, tools / "kube-1.38")["GOTOOLCHAIN"] == "go1.27.3"
+    assert binaries.go_env({"GOTOOLCHAIN": "local"}, tools / "kube")["GOTOOLCHAIN"] == "local"  # unchanged
+    assert "GOTOOLCHAIN" not in binaries.go_env({})
+
+
+def test_the_pinned_1_38_module_names_its_toolchain():
+    versions = binaries.kubernetes_versions()
+    assert list(versions)[0] == binaries.KUBERNETES.version()  # tools/kube stays the default
+    newer = {v: d for v, d in versions.items() if v.startswith("v1.38.")}
+    assert newer, "tools/kube-1.38 pins Kubernetes 1.38"
+    for directory in newer.values():
+        assert binaries.toolchain(binaries.TOOLS_DIR / directory / "go.mod").startswith("go1.27.")
+
+
+def _fake_cache(root, components):
+    for component in components:
+        directory = binaries.cached_dir(component, root)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in component.packages:
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+
+
+def test_ensure_picks_the_asked_version_and_the_controller_manager_only_when_wanted(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no Go: everything must come from the cache
+    newer = next(v for v in binaries.kubernetes_versions() if v.startswith("v1.38."))
+    _fake_cache(tmp_path, binaries.COMPONENTS + binaries.kubernetes_components(newer))
+    found = binaries.ensure(root=tmp_path)
+    assert found.kube_controller_manager == (binaries.cached_dir(binaries.KUBE_CONTROLLER_MANAGER, tmp_path)
+                                             / "kube-controller-manager")
+    assert found.kubernetes_version == binaries.KUBERNETES.version()
+    assert binaries.ensure(root=tmp_path, controllers=False).kube_controller_manager is None
+    other = binaries.ensure(root=tmp_path, kubernetes_version=newer.removeprefix("v"))
+    assert other.kubernetes_version == newer
+    assert other.kube_apiserver == tmp_path / f"kubernetes-{newer}" / "kube-apiserver"
+    assert other.kube_controller_manager == tmp_path / f"kube-controller-manager-{newer}" / "kube-controller-manager"
+
+
+def test_a_refusing_proxy_is_a_proxy_failure_naming_the_module(tmp_path):
+    output = ("go: railyard.dev/tools/kube-1.38 imports\n\tk8s.io/kubernetes/cmd/kube-apiserver/app imports\n"
+              "\tk8s.io/apiextensions-api/pkg/apis/apiextensions/v1: k8s.io/apiextensions-api@v0.38.0-beta.0: "
+              "reading https://proxy.golang.org/k8s.io/apiextensions-api/@v/v0.38.0-beta.0.zip: 403 Forbidden\n"
+              "\tserver response: This module version is not available.\n")
+    message = binaries._explain("kubernetes v1.38.0-beta.0 (kube-apiserver)", output, tmp_path / "log")
+    assert "fetching modules from the Go module proxy failed" in message
+    assert "k8s.io/apiextensions-api@v0.38.0-beta.0" in message and "403 Forbidden" in message
+
+
+def test_a_missing_go_sum_entry_names_the_package_not_go_s_hint(tmp_path):
+    output = ("/m/apiserver.go:26:2: missing go.sum entry for module providing package k8s.io/apiextensions-api/x "
+              "(imported by k8s.io/apiextensions-apiserver/pkg/apiserver); to add:\n"
+              "\tgo get k8s.io/apiextensions-apiserver/pkg/apiserver@v0.0.0\n")
+    message = binaries._explain("kubernetes v1.38.0-beta.0 (kube-apiserver)", output, tmp_path / "log")
+    assert "providing package k8s.io/apiextensions-api/x" in message and "go get" not in message
+    assert "the helper module's go.sum lacks that module" in message

@@ -122,7 +122,8 @@ def _fake_binaries(tmp_path, etcd_script: str):
     etcd.write_text("#!/bin/sh\n" + etcd_script)
     etcd.chmod(0o755)
     missing = tmp_path / "never-started"
-    return Binaries(etcd=etcd, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+    return Binaries(etcd=etcd, kube_apiserver=missing, kube_scheduler=missing, kwok=missing,
+                    kube_controller_manager=missing)
 
 
 def test_a_component_dying_at_startup_is_reported_with_its_log(tmp_path):
@@ -145,7 +146,8 @@ def test_a_workdir_that_is_a_file(tmp_path):
 
     (tmp_path / "w").write_text("not a directory")
     missing = tmp_path / "never-started"
-    bins = Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+    bins = Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing,
+                    kube_controller_manager=missing)
     with pytest.raises(ClusterError, match="cannot use workdir .*/w: "):
         cluster.up(_up(tmp_path, binaries=bins))
 
@@ -167,3 +169,68 @@ def test_extender_set_reads_each_value_as_yaml():
     assert dict(args.extender_settings) == {"gangs.binding_pause_seconds": 2, "gangs.recovery_grace_seconds": 0.5}
     with pytest.raises(SystemExit):
         parser.parse_args(["cluster", "up", "--extender-set", "no-equals-sign"])
+
+
+def test_given_binaries_without_the_controller_manager_need_no_controllers(tmp_path):
+    from extender.localcluster.binaries import Binaries
+
+    missing = tmp_path / "never-started"
+    bins = Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+    with pytest.raises(ClusterError, match="no kube-controller-manager; build it .* or run with --no-controllers"):
+        cluster.up(_up(tmp_path, binaries=bins))
+    assert processes.recorded(tmp_path / "w") == []
+    # With --no-controllers the same binaries get as far as starting etcd (which is missing here).
+    with pytest.raises(ClusterError, match="never-started"):
+        cluster.up(_up(tmp_path, binaries=bins, controllers=False))
+
+
+def test_controller_and_version_flags_reach_the_options():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["cluster", "up"])
+    assert args.controllers is True and args.kubernetes_version is None
+    args = parser.parse_args(["cluster", "up", "--no-controllers", "--kubernetes-version", "1.38.0-beta.0"])
+    assert args.controllers is False and args.kubernetes_version == "1.38.0-beta.0"
+    assert parser.parse_args(["cluster", "build"]).kubernetes_versions == []
+    args = parser.parse_args(["cluster", "build", "--kubernetes-version", "1.37.2",
+                              "--kubernetes-version", "1.38.0-beta.0"])
+    assert args.kubernetes_versions == ["1.37.2", "1.38.0-beta.0"]
+
+
+def test_an_unpinned_kubernetes_version_is_refused_before_anything_starts(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    args = parser.parse_args(["cluster", "up", "--workdir", str(tmp_path / "w"), "--nodes", str(nodes),
+                              "--no-extender", "--kubernetes-version", "1.30.0"])
+    assert args.func(args) == 1
+    assert "Kubernetes 1.30.0 is not pinned here; pinned versions: 1.37.2 (tools/kube)" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_status_says_which_controllers_run_and_the_kubernetes_version(tmp_path, capsys):
+    import argparse
+    import json
+
+    workdir = tmp_path / "w"
+    processes.start(workdir, "kube-controller-manager", ["sleep", "60"])
+    try:
+        state = {"phase": "running", "apiServer": "https://127.0.0.1:3", "kubernetes": "v1.37.2", "nodes": 1,
+                 "extender": None, "kubeconfig": "k",
+                 "controllerManager": {"controllers": ["job-controller", "garbage-collector-controller"]}}
+        (workdir / "cluster.json").write_text(json.dumps(state))
+        assert cli.run_status(argparse.Namespace(workdir=workdir)) == 0
+        out = capsys.readouterr().out
+        assert "kube-controller-manager running" in out
+        assert "(Kubernetes v1.37.2, 1 nodes, running)" in out
+        assert "controllers     job-controller, garbage-collector-controller" in out
+        (workdir / "cluster.json").write_text(json.dumps({**state, "controllerManager": None}))
+        cli.run_status(argparse.Namespace(workdir=workdir))
+        assert "controllers     off (--no-controllers)" in capsys.readouterr().out
+    finally:
+        cluster.down(workdir, quiet=True)

@@ -193,3 +193,66 @@ def test_extender_settings_become_a_nested_settings_file_passed_with_config():
         assert "gangs" in str(exc)
     else:
         raise AssertionError("a setting that is both a value and a mapping must be refused, in either order")
+
+
+# -- kube-controller-manager -----------------------------------------------------------------------
+
+def test_controller_manager_runs_an_explicit_list_without_the_controllers_that_fight_kwok(tmp_path):
+    ports = config.Ports(**{**PORTS.__dict__, "controller_manager": 10257})
+    argv = config.controller_manager_args(Path("/bin/kcm"), tmp_path / "k", ports)
+    (listed,) = [a.removeprefix("--controllers=") for a in argv if a.startswith("--controllers=")]
+    controllers = listed.split(",")
+    assert "*" not in controllers and not any(c.startswith("-") for c in controllers)  # nothing by default
+    for needed in ("job-controller", "garbage-collector-controller", "pod-garbage-collector-controller",
+                   "statefulset-controller"):
+        assert needed in controllers
+    # kwok nodes send no heartbeats: these would mark every node NotReady and evict its pods.
+    assert "node-lifecycle-controller" not in controllers and "taint-eviction-controller" not in controllers
+    for flag in ("--leader-elect=false", f"--kubeconfig={tmp_path / 'k'}", "--bind-address=127.0.0.1",
+                 "--secure-port=10257", "--kube-api-qps=1000", "--kube-api-burst=2000",
+                 "--use-service-account-credentials=false"):
+        assert flag in argv
+    assert argv[0] == "/bin/kcm"
+
+
+def test_the_controller_manager_gets_the_same_feature_gates_as_the_scheduler():
+    api, others = config.feature_flags({"GenericWorkload": True, "WorkloadWithJob": True},
+                                       ("scheduling.k8s.io/v1beta1=true",))
+    assert others == ["--feature-gates=GenericWorkload=true,WorkloadWithJob=true"]
+    assert api == others + ["--runtime-config=scheduling.k8s.io/v1beta1=true"]
+
+
+def test_the_controller_manager_port_is_recorded_only_when_it_runs():
+    assert "controller_manager" not in PORTS.as_dict()
+    assert config.Ports(**{**PORTS.__dict__, "controller_manager": 10257}).as_dict()["controller_manager"] == 10257
+
+
+def _stage(name: str) -> dict:
+    return next(d for d in yaml.safe_load_all(config.kwok_stages_text()) if d["metadata"]["name"] == name)
+
+
+def _selector(stage: dict) -> dict[str, tuple[str, list[str] | None]]:
+    return {e["jq"]["key"]: (e["jq"]["operator"], e["jq"].get("values"))
+            for e in stage["spec"]["selector"]["matchExpressions"]}
+
+
+def test_a_deleted_running_pod_fails_as_a_kubelet_would_stop_it():
+    terminate = _stage("pod-terminate")
+    assert _selector(terminate) == {".metadata.deletionTimestamp": ("Exists", None),
+                                    ".status.phase": ("NotIn", ["Succeeded", "Failed"])}
+    (patch,) = terminate["spec"]["next"]["patches"]
+    assert patch["subresource"] == "status" and patch["root"] == "status"
+    lines = [line.strip() for line in patch["template"].splitlines()]
+    assert "phase: Failed" in lines and "exitCode: 137" in lines and "reason: Error" in lines
+    assert "ready: false" in lines and 'status: "True"' not in lines  # Ready and ContainersReady False
+
+
+def test_a_deleted_pod_is_removed_only_once_finished_and_without_finalizers():
+    delete = _stage("pod-delete")
+    assert _selector(delete) == {".metadata.deletionTimestamp": ("Exists", None),
+                                 ".status.phase": ("In", ["Succeeded", "Failed"]),
+                                 ".metadata.finalizers": ("DoesNotExist", None)}
+    assert delete["spec"]["next"] == {"delete": True}  # no "finalizers: empty": a controller's finalizer stays
+    # The two stages never match the same pod (kwok would pick one at random).
+    terminate = _selector(_stage("pod-terminate"))[".status.phase"]
+    assert set(terminate[1]) == set(_selector(delete)[".status.phase"][1]) and terminate[0] == "NotIn"

@@ -289,7 +289,8 @@ def test_unsupported_kueue_gates_are_refused_before_anything_starts(tmp_path):
 
 def test_given_binaries_without_kueue_are_refused(tmp_path):
     missing = tmp_path / "never-started"
-    bins = binaries.Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing)
+    bins = binaries.Binaries(etcd=missing, kube_apiserver=missing, kube_scheduler=missing, kwok=missing,
+                             kube_controller_manager=missing)
     options = cluster.UpOptions(workdir=tmp_path / "w", nodes_file=_nodes(tmp_path), extender=False,
                                 kueue=True, binaries=bins)
     with pytest.raises(ClusterError, match="--with-kueue needs the Kueue binary"):
