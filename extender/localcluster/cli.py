@@ -94,6 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build or reuse the control-plane binaries, print their directory")
     build.add_argument("--with-kueue", action="store_true",
                        help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
+    build.add_argument("--with-helm", action="store_true",
+                       help="also build helm (tools/helm; optional, for the chart's tests in tests/manifests and tests/e2e)")
     build.set_defaults(func=run_build)
 
 
@@ -222,6 +224,8 @@ def run_restart_replica(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace) -> int:
     try:
         bins = binaries.ensure(with_kueue=args.with_kueue)
+        if args.with_helm:
+            binaries.ensure_helm()
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

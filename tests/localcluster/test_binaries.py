@@ -89,3 +89,34 @@ def test_proxy_failures_are_told_apart_from_build_errors(tmp_path, monkeypatch):
     assert str(log) in proxy
     broken = binaries._explain("etcd v3.6.16 (etcd)", "# pkg\nfile.go:3:1: syntax error\n", log)
     assert broken == f"cannot build etcd v3.6.16 (etcd): file.go:3:1: syntax error; full log: {log}"
+
+
+def test_helm_is_pinned_in_its_helper_module_and_built_only_when_asked():
+    assert binaries.HELM.version() == "v4.3.2"
+    assert binaries.HELM not in binaries.COMPONENTS and binaries.HELM in binaries.OPTIONAL_COMPONENTS
+    # Without it, helm reports only the minor its source carries ("v4.3").
+    assert binaries.HELM.ldflags("v4.3.2") == ["-X helm.sh/helm/v4/internal/version.version=v4.3.2"]
+    argv = binaries.build_command("go", binaries.HELM, "v4.3.2", binaries.cache_root())
+    assert argv[-1] == "helm.sh/helm/v4/cmd/helm" and argv[argv.index("-o") + 1].endswith("/helm")
+
+
+def test_helm_is_asked_for_its_version_as_helm_answers(tmp_path):
+    """helm has no --version flag: `helm version --short` prints e.g. v4.3.2+g<commit>."""
+    fake = tmp_path / "helm"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "version --short" ] && echo v4.3.2+gabc1234 && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    binaries._check_versions(binaries.HELM, "v4.3.2", tmp_path)
+    with pytest.raises(binaries.BuildError, match="reports 'v4.3.2\\+gabc1234'"):
+        binaries._check_versions(binaries.HELM, "v4.3.3", tmp_path)
+
+
+def test_cached_helm_is_reused_without_go_and_described(tmp_path, monkeypatch):
+    (line,) = [line for line in binaries.describe(tmp_path) if line.startswith("helm")]
+    assert "helm v4.3.2: not built yet (optional: --with-helm)" in line
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    directory = binaries.cached_dir(binaries.HELM, tmp_path)
+    directory.mkdir(parents=True)
+    (directory / "helm").write_text("#!/bin/sh\n")
+    (directory / "helm").chmod(0o755)
+    assert binaries.ensure_helm(root=tmp_path) == directory / "helm"
+    assert any(line.startswith("helm v4.3.2: cached") for line in binaries.describe(tmp_path))
