@@ -10,6 +10,7 @@ helm is the pinned build from ``tools/helm`` in the same cache (``railyard clust
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import json
@@ -94,7 +95,7 @@ def _kustomize_variant(variant: str) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "kustomization.yaml").write_text(servicemonitor_kustomization(Path(tmp)))
             return render(Path(tmp))
-    return render(MANIFESTS if variant == "base" else MANIFESTS / "overlays" / variant)
+    return render(MANIFESTS / ("base" if variant == "base" else f"overlays/{variant}"))
 
 
 def servicemonitor_kustomization(directory: Path) -> str:
@@ -113,20 +114,23 @@ def _in_ci() -> bool:
 
 
 @functools.cache
-def _helm_binary() -> Path | None:
+def _helm_binary() -> Path | ClusterError | None:
+    """The cached helm; in CI, built if missing (once: a failed build is kept, not retried)."""
     if binaries.is_cached(binaries.HELM):
         return binaries.cached_dir(binaries.HELM) / "helm"
     if not _in_ci():
         return None
-    return binaries.ensure_helm()
+    try:
+        return binaries.ensure_helm()
+    except ClusterError as exc:
+        return exc
 
 
 def require_helm() -> Path:
     """The pinned helm, or skip (locally, never built) / fail (CI, or a build that broke)."""
-    try:
-        helm = _helm_binary()
-    except ClusterError as exc:
-        pytest.fail(f"cannot build helm: {exc}", pytrace=False)
+    helm = _helm_binary()
+    if isinstance(helm, ClusterError):
+        pytest.fail(f"cannot build helm: {helm}", pytrace=False)
     if helm is None:
         pytest.skip("helm not built yet: run `railyard cluster build --with-helm` (scripts/setup --with-helm; "
                     "with CI=true the tests build it and fail instead of skipping)")
@@ -136,7 +140,9 @@ def require_helm() -> Path:
 @functools.cache
 def _helm_home() -> Path:
     """Helm's cache, config and data directories, apart from the user's (~/.config/helm ...)."""
-    return Path(tempfile.mkdtemp(prefix="railyard-helm-"))
+    home = tempfile.mkdtemp(prefix="railyard-helm-")
+    atexit.register(shutil.rmtree, home, True)
+    return Path(home)
 
 
 def helm(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
