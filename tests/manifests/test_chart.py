@@ -245,8 +245,7 @@ def test_every_value_is_in_the_readme():
         out = []
         for key, value in node.items():
             path = f"{prefix}{key}"
-            if isinstance(value, dict) and value and path not in ("railyard.settings",) \
-                    and not path.endswith("resources"):
+            if isinstance(value, dict) and value and path != "railyard.settings" and not path.endswith("resources"):
                 out += leaves(value, path + ".")
             else:
                 out.append(path)

@@ -19,7 +19,8 @@ leaderElection:
 # Score every feasible node, so a gang member's planned node always reaches the extender.
 percentageOfNodesToScore: 100
 profiles:
-{{- range $profile := list .Values.schedulerName (printf "%s-sampled" .Values.schedulerName) }}
+{{- /* $sampled is the index: 0 (false) for the gang profile, 1 for the sampled one */}}
+{{- range $sampled, $profile := list .Values.schedulerName (printf "%s-sampled" .Values.schedulerName) }}
   - schedulerName: {{ $profile }}
     {{- if $.Values.kueue.enabled }}
     # Beside Kueue: Kueue owns preemption (it evicts whole Workloads by its quotas).
@@ -28,7 +29,7 @@ profiles:
         disabled:
           - name: DefaultPreemption
     {{- end }}
-    {{- if hasSuffix "-sampled" $profile }}
+    {{- if $sampled }}
     # Pods of no gang: kube-scheduler's adaptive sample of feasible nodes, scored by best fit.
     percentageOfNodesToScore: 0
     {{- end }}
