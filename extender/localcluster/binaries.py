@@ -1,14 +1,14 @@
 """Build (once per machine and version) the control-plane binaries from the Go module proxy.
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
-under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and ``tools/kueue`` for the
-optional Kueue manager, built only when asked for). ``tools/kube`` pins the default Kubernetes
-version; each further ``tools/kube-<minor>`` pins another one (``--kubernetes-version``), and a
-helper module whose go.mod has a ``toolchain`` line is built with that toolchain
-(``GOTOOLCHAIN``, fetched from the Go module proxy). ``go install pkg@version``
-cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
-directives; a helper module that requires them (and pins the Kubernetes staging modules to
-their published tags) can. See KUBE-FACTS.md section 3.
+under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and, built only when asked
+for, ``tools/kueue`` for the optional Kueue manager and ``tools/helm`` for the chart's tests).
+``tools/kube`` pins the default Kubernetes version; each further ``tools/kube-<minor>`` pins
+another one (``--kubernetes-version``), and a helper module whose go.mod has a ``toolchain`` line
+is built with that toolchain (``GOTOOLCHAIN``, fetched from the Go module proxy).
+``go install pkg@version`` cannot build kube-apiserver or etcd because their own go.mod files
+carry ``replace`` directives; a helper module that requires them (and pins the Kubernetes
+staging modules to their published tags) can. See KUBE-FACTS.md section 3.
 
 Binaries land in ``$RAILYARD_CACHE/<component>-<version>/`` (default
 ``~/.cache/railyard/bin``), outside the repository, and are reused when present. A cold build
@@ -73,6 +73,8 @@ class Component:
     answers_version: bool = True
     """The binaries print their version for ``--version``. Kueue's manager has no such flag:
     its build info (``go version -m``) is read instead."""
+    version_args: tuple[str, ...] = ("--version",)
+    """The arguments that make the binaries print their version (helm: ``version``)."""
 
     def version(self, tools_dir: Path = TOOLS_DIR) -> str:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
@@ -86,13 +88,16 @@ class Component:
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
-        Kubernetes' component-base defaults to ``v0.0.0-master`` and Kueue's
+        Kubernetes' component-base defaults to ``v0.0.0-master``, Kueue's
         ``pkg/version.GitVersion`` to ``v0.0.0-main`` (its Makefile sets it from the git tag; the
-        manager logs it at start). etcd (``api/v3/version.Version``) and kwok
+        manager logs it at start) and helm's ``internal/version.version`` to its minor only
+        (``v4.3``; its Makefile sets the tag). etcd (``api/v3/version.Version``) and kwok
         (``pkg/consts.Version``) carry their release in the source of the tagged module.
         """
         if self.name == "kueue":
             return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
+        if self.name == "helm":
+            return [f"-X helm.sh/helm/v4/internal/version.version={version}"]
         if not self.is_kubernetes:
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
@@ -149,10 +154,21 @@ KUEUE = Component(
     packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
     answers_version=False,
 )
+#: Helm v4, for the chart's tests only (tests/manifests/test_chart.py, tests/e2e/test_helm.py).
+#: Helm 3 gets security fixes only, until 2027-02-10 (helm.sh blog "Helm 3 End of Life"); the
+#: chart is apiVersion v2, which both read.
+HELM = Component(
+    name="helm",
+    tool_dir="helm",
+    module="helm.sh/helm/v4",
+    packages={"helm": "helm.sh/helm/v4/cmd/helm"},
+    version_args=("version", "--short"),
+)
 COMPONENTS = (ETCD, KWOK, KUBERNETES, KUBE_CONTROLLER_MANAGER)  # smallest first: early failures come early
-#: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``):
-#: every cluster needs COMPONENTS, few need Kueue, and its cold build adds minutes.
-OPTIONAL_COMPONENTS = (KUEUE,)
+#: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``,
+#: ``cluster build --with-helm``): every cluster needs COMPONENTS, few need Kueue, only the
+#: chart's tests need helm, and each cold build adds minutes.
+OPTIONAL_COMPONENTS = (KUEUE, HELM)
 
 
 def required_version(go_mod: Path, module: str) -> str:
@@ -261,6 +277,11 @@ def ensure(
         kube_controller_manager=dirs[kcm.name] / "kube-controller-manager" if controllers else None,
         kubernetes_version=kube.version(tools_dir),
     )
+
+
+def ensure_helm(root: Path | None = None, tools_dir: Path = TOOLS_DIR, log: TextIO = sys.stderr) -> Path:
+    """The helm binary, from the cache or freshly built (``cluster build --with-helm``)."""
+    return ensure_component(HELM, root or cache_root(), tools_dir, log) / "helm"
 
 
 def ensure_component(component: Component, root: Path, tools_dir: Path, log: TextIO) -> Path:
@@ -398,7 +419,8 @@ def _check_versions(component: Component, version: str, directory: Path, go: str
             _check_build_info(component, version, directory / name, go)
             continue
         try:
-            result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
+            result = subprocess.run([str(directory / name), *component.version_args],
+                                    capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BuildError(f"{name} built from {component.module} {version} does not run: {exc}") from exc
         reported = (result.stdout + result.stderr).strip()
@@ -489,7 +511,7 @@ def describe(root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> list[str]
         version = component.version(tools_dir)
         state = "cached" if is_cached(component, root, tools_dir) else "not built yet"
         if component in OPTIONAL_COMPONENTS and state != "cached":
-            state += " (optional: --with-kueue)"
+            state += f" (optional: --with-{component.name})"
         elif component in others and state != "cached":
             state += f" (optional: --kubernetes-version {version.removeprefix('v')})"
         lines.append(f"{component.name} {version}: {state} in {cached_dir(component, root, tools_dir)}")
