@@ -27,8 +27,8 @@ def with_gpus(p: dict, value: object) -> dict:
     ("abc", f"container main nvidia.com/gpu: quantity 'abc' {QUANTITY}"),
     ("²", f"container main nvidia.com/gpu: quantity '²' {QUANTITY}"),  # str.isdigit() says yes
     ("1e9", "nvidia.com/gpu must be at most 4096, got 1000000000"),
-    ("500m", "nvidia.com/gpu must be a whole number of GPUs, got 0.5"),
-    (1.5, "nvidia.com/gpu must be a whole number of GPUs, got 1.5"),
+    ("500m", "container main nvidia.com/gpu must be a whole number, got '500m' (0.5)"),
+    (1.5, "container main nvidia.com/gpu must be a whole number, got 1.5"),
     (-8, "container main nvidia.com/gpu must not be negative, got -8"),
     (2**64, "nvidia.com/gpu must be at most 4096, got 18446744073709551616"),
     ("9" * 5000, "container main nvidia.com/gpu: a quantity must be at most 64 characters long, got "
@@ -39,6 +39,35 @@ def test_a_lone_pod_whose_gpus_cannot_be_read_passes_no_node(value, problem):
     v = ext.filter(with_gpus(pod("x", 1), value), NODES)
     assert (v.node_names, v.failed) == ((), {})
     assert v.failed_unresolvable == {n: f"pod ml/x is not placed: {problem}" for n in NODES}
+
+
+# Issue 25 item 4: "500m" GPUs in an init container passed every 8-GPU node while the same value
+# in a main container passed none. Each kind of container carries it beside a main container
+# asking 8 GPUs; the answer is the same, naming the container.
+FRACTION_IN = {
+    "init": ("initContainers", {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "500m"}}},
+             "init container warm"),
+    "sidecar": ("initContainers", {"name": "log", "restartPolicy": "Always",
+                                   "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "init container log"),
+    "main": ("containers", {"name": "aux", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "container aux"),
+    "overhead": ("overhead", {"nvidia.com/gpu": "500m"}, "overhead"),
+}
+
+
+@pytest.mark.parametrize("kind", FRACTION_IN)
+def test_a_fraction_of_a_gpu_gets_the_same_answer_in_every_container_kind(kind):
+    field, value, where = FRACTION_IN[kind]
+    ext, _, _ = extender()
+    lone, member = pod("x", 8), gang("g", 2, 8)[0]
+    assert ext.filter(pod("y", 8), NODES).node_names == tuple(NODES)  # without the fraction: every node
+    problem = f"{where} nvidia.com/gpu must be a whole number, got '500m' (0.5)"
+    for p, reason in ((lone, f"pod ml/x is not placed: {problem}"), (member, f"gang ml/g: pod ml/g-0: {problem}")):
+        p["spec"][field] = [*p["spec"].get(field, []), value] if field != "overhead" else value
+        create(ext, [p]) if p is member else None
+        v = ext.filter(p, NODES)
+        assert (v.node_names, v.failed) == ((), {})
+        assert v.failed_unresolvable == {n: reason for n in NODES}
+    assert ext.state.reservations() == {}
 
 
 def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs_reason():
