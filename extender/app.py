@@ -33,7 +33,7 @@ from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import KINDS, WatchCache
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
-from extender.service import TopologyExtender
+from extender.service import TopologyExtender, held
 from extender.settings import Settings, deprecations, from_mapping
 
 log = logging.getLogger("railyard")
@@ -109,11 +109,14 @@ class App:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         address = self.server.start()
+        listeners = {"http": address[1]}
         if self.grpc is not None:
-            self.grpc.start()
+            listeners["grpc"] = self.grpc.start()[1]
         if self.settings.server.metrics_listen:
             host, _, port = self.settings.server.metrics_listen.rpartition(":")
             self.metrics_server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=self.metrics.registry)
+            listeners["metrics"] = self.metrics_server.server_port
+        self.metrics.sample(lambda: held(self.service), listeners)
         if self.tls_reloader is not None:
             self.tls_reloader.start()
         self.cache.start()

@@ -402,6 +402,12 @@ class TopologyExtender(_DeviceSink):
                 sink(change)
 
 
+def held(service: TopologyExtender) -> dict[str, int]:
+    """What the service holds, by kind (/metrics). Lengths read without the lock: a scrape
+    never waits behind a verb, and a count a moment old is good enough."""
+    return {"gangs": len(service.book), "reservations": len(service.state.reservations()), **service.pods.sizes()}
+
+
 def _gang_event(rec: GangRecord, previous: Phase | None, event: Event | None) -> dict:
     return {"gang": rec.key, "phase": rec.phase.value, "previous": previous.value if previous else "",
             "event": event.value if event else "", "reason": rec.reason}

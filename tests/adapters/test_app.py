@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 
 import pytest
@@ -86,12 +87,16 @@ def get(address, path, body=None):
     return resp.status, resp.read()
 
 
-def test_the_wired_extender_becomes_ready_and_filters(apiserver_app):
-    application, address = apiserver_app
+def wait_ready(address):
     deadline = time.monotonic() + 10
     while get(address, "/readyz")[0] != 200:
         assert time.monotonic() < deadline, get(address, "/readyz")
         time.sleep(0.05)
+
+
+def test_the_wired_extender_becomes_ready_and_filters(apiserver_app):
+    application, address = apiserver_app
+    wait_ready(address)
     body = {"Pod": {"metadata": {"name": "solo", "namespace": "ml", "uid": "u1"},
                     "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
                     "status": {"phase": "Pending"}},
@@ -102,6 +107,14 @@ def test_the_wired_extender_becomes_ready_and_filters(apiserver_app):
     status, text = get(address, "/metrics")
     assert b'railyard_cache_objects{kind="nodes"} 2.0' in text
     assert b"process_resident_memory_bytes" in text
+    # Sampled at scrape: the scrape's own connection, the pod filter just saw (a lone pod of
+    # 8 GPUs the watch never showed), the service's and grpc's threads.
+    assert b'railyard_open_connections{server="http"} 1.0' in text
+    assert b'railyard_open_connections{server="grpc"} 0.0' in text
+    assert b'railyard_held_objects{kind="pods_unshown"} 1.0' in text
+    assert b'railyard_held_objects{kind="gangs"} 0.0' in text
+    threads = float(re.search(rb"^railyard_process_threads (\S+)$", text, re.M).group(1))
+    assert threads > 5
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from extender.core.errors import GangUnreserved
 from extender.core.pods import MAX_UNSHOWN, SEEN_TTL_SECONDS
 from extender.core.verdicts import MAX_REASON_CHARS
+from extender.service import held
 from tests.service.test_live import NODES, bind_async, create, extender, wait_until
 from tests.topologies import gang, pod
 
@@ -101,6 +102,7 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     for p in ghosts:
         assert len(ext.filter(p, NODES).node_names) == 1
     assert set(ext.state.reservations()) == {"ml/ghost"}
+    held_then = held(ext)
     assert binder.events == []  # no Event about pods the API server does not have
     clock.now += SEEN_TTL_SECONDS - 1
     ext.debug_gangs(), ext.explain("ml/ghost-0")  # ticks
@@ -109,6 +111,12 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     ext.explain("ml/nobody")
     assert ext.state.reservations() == {}
     assert ext.pods.unshown() == (0, 0) and ext.pods.pending_pod("ml/ghost-0") is None
+    # What /metrics samples (railyard_held_objects) saw it come and go; running: the drawing's two
+    # filler pods (h4, h6).
+    assert held_then == {"gangs": 1, "reservations": 1, "pods_pending": 2, "pods_bound": 0, "pods_running": 2,
+                         "pods_seen": 2, "pods_unshown": 2}
+    assert held(ext) == {**held_then, "gangs": 0, "reservations": 0, "pods_pending": 0, "pods_seen": 0,
+                         "pods_unshown": 0}
     assert changes[-1]["event"] == "member_lost" and changes[-1]["reason"] == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
                           "never showed the pod (not within 60s of its last filter call); planning again")
 
