@@ -402,6 +402,13 @@ class TopologyExtender(_DeviceSink):
                 sink(change)
 
 
+def expire(service: TopologyExtender) -> None:
+    """Apply time with no call to carry it (``app.Ticker``, every few seconds): on a quiet
+    cluster what a burst of calls left (pods only filter saw, their gangs) still expires."""
+    with service._cond:
+        service._tick()
+
+
 def held(service: TopologyExtender) -> dict[str, int]:
     """What the service holds, by kind (/metrics). Lengths read without the lock: a scrape
     never waits behind a verb, and a count a moment old is good enough."""
