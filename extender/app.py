@@ -19,7 +19,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from kubernetes import config as kubeconfig
@@ -47,7 +47,7 @@ SCHEDULER_DEFAULT_HTTP_TIMEOUT = 5.0
 # over 1,000 names took 9.0 ms p50 / 60 ms p99 at 5 ms, 2.9 / 25 ms at 0.5 ms (issue 13).
 GIL_SWITCH_INTERVAL = 0.0005
 TICK_SECONDS = 5.0
-"""How often time is applied to the service when no call carries it (``Ticker``)."""
+"""How often time is applied to the service when no call carries it (``App.ticker``)."""
 MALLOPT = {-3: 128 << 10, -8: 2}
 """glibc mallopt(3) settings (malloc.h numbers), ``limit_malloc_retention`` says why:
 M_MMAP_THRESHOLD at its default, 128 KiB (set, it stops moving); M_ARENA_MAX 2."""
@@ -57,17 +57,39 @@ class ConfigError(Exception):
     """Settings or files that railyard cannot start with; the message lists every problem."""
 
 
-class CertificateReloader:
+class Every:
+    """Calls ``action`` every ``interval`` seconds on a daemon thread until stopped; an exception
+    is logged and the next call still comes."""
+
+    def __init__(self, interval: float, action: Callable[[], object], name: str) -> None:
+        self.interval, self.action = interval, action
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.action()
+            except Exception:
+                log.exception("%s failed", self._thread.name)
+
+
+class CertificateReloader(Every):
     """Re-reads the HTTPS certificate and key into the serving SSLContext when either file
     changes (cert-manager rotates Secrets in place); new handshakes get the new pair. A failed
     read (a half-written rotation) keeps the previous pair and is tried again next time.
     """
 
     def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, interval: float = 10.0) -> None:
-        self.context, self.cert_file, self.key_file, self.interval = context, cert_file, key_file, interval
+        self.context, self.cert_file, self.key_file = context, cert_file, key_file
         self._stamp = self._mtimes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tls-reload", daemon=True)
+        super().__init__(interval, self.check, "tls-reload")
 
     def _mtimes(self) -> tuple[int, int]:
         return os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns
@@ -86,15 +108,6 @@ class CertificateReloader:
         log.info("TLS certificate %s reloaded", self.cert_file)
         return True
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.check()
 
 
 def limit_malloc_retention() -> bool:
@@ -118,30 +131,6 @@ def limit_malloc_retention() -> bool:
     return all(mallopt(param, value) == 1 for param, value in MALLOPT.items())
 
 
-class Ticker:
-    """Applies time to the service every ``interval`` seconds (``service.expire``): the verbs
-    apply it on every call, but a quiet cluster makes none, and what a burst of calls for pods
-    that never existed left (``docs/faults.md``, Bad input) would stay until the next one."""
-
-    def __init__(self, service: TopologyExtender, interval: float = TICK_SECONDS) -> None:
-        self.service, self.interval = service, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tick", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                expire(self.service)
-            except Exception:  # a bug must not end the ticks; the verbs still apply time
-                log.exception("applying time failed")
-
-
 @dataclass
 class App:
     settings: Settings
@@ -155,7 +144,10 @@ class App:
     metrics_server: Any = None
     """The /metrics-only listener (``server.metrics_listen``), once started."""
     tls_reloader: CertificateReloader | None = None
-    ticker: Ticker | None = None
+    ticker: Every | None = None
+    """Applies time to the service every ``TICK_SECONDS`` (``service.expire``): the verbs apply
+    it on every call, but a quiet cluster makes none, and what a burst of calls for pods that
+    never existed left (docs/faults.md, Bad input) would stay until the next one."""
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
@@ -304,4 +296,4 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
         grpc_server = GrpcServer(service, translator, listen=g.listen, tls=tls, max_workers=g.max_workers,
                                  max_message_bytes=g.max_message_bytes, ready=cache.synced)
     return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader,
-               ticker=Ticker(service))
+               ticker=Every(TICK_SECONDS, lambda: expire(service), "tick"))

@@ -403,7 +403,7 @@ class TopologyExtender(_DeviceSink):
 
 
 def expire(service: TopologyExtender) -> None:
-    """Apply time with no call to carry it (``app.Ticker``, every few seconds): on a quiet
+    """Apply time with no call to carry it (``App.ticker``, every few seconds): on a quiet
     cluster what a burst of calls left (pods only filter saw, their gangs) still expires."""
     with service._cond:
         service._tick()

@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2
 
 from extender.api.v1 import extender_pb2 as pb
 from tests.fuzz.strategies import ABSURD_JSON, ABSURD_NUMBERS, GPU, GROUP, LEVELS
+from tests.fuzz.test_grpc_fuzz import call
 from tests.grpc.test_hostile_requests import METHODS
 
 NAMESPACE = "burst"
@@ -160,12 +161,7 @@ class Burst:
         if kind == "grpc":
             path, client_streaming, server_streaming, _ = what
             try:
-                if client_streaming:
-                    list(channel.stream_stream(path)(iter([payload]), timeout=0.5))
-                elif server_streaming:
-                    list(channel.unary_stream(path)(payload, timeout=0.2))
-                else:
-                    channel.unary_unary(path)(payload, timeout=0.5)
+                call(channel, path, client_streaming, server_streaming, payload)
                 return "grpc OK"
             except grpc.RpcError as exc:
                 return f"grpc {exc.code().name}"
