@@ -25,7 +25,7 @@ from extender.adapters.metrics import Metrics
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.core.model import PodFacts
 from extender.core.pods import SEEN_TTL_SECONDS
-from extender.service import TopologyExtender
+from extender.service import TopologyExtender, held
 from extender.settings import ServerSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang
 
@@ -155,10 +155,8 @@ class Live:
 
     # -- what the fuzz left behind ---------------------------------------------------------------
     def held_state(self) -> dict[str, int]:
-        """Sizes of everything the service keeps per pod or gang."""
-        pods = self.ext.pods
-        return {"pending": len(pods), "seen": len(pods._seen), "unshown": pods.unshown()[0],
-                "gangs": len(self.ext.book.records()), "reservations": len(self.ext.state.reservations())}
+        """Sizes of everything the service keeps per pod or gang (``railyard_held_objects``)."""
+        return held(self.ext)
 
     def _watch_shows_bound(self, key: str, node: str) -> None:
         pod = self.ext.pods.seen_pod(key) or self.ext.pods.pending_pod(key)

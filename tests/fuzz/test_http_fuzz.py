@@ -170,7 +170,7 @@ def test_zzz_after_the_fuzz(live):
     # Refused calls are logged at most once per 10 s per verb and outcome.
     assert len(live.watch.warnings()) <= 20
     held = live.held_state()
-    assert held["unshown"] <= 201 and held["pending"] <= 201 + 10, held
+    assert held["pods_unshown"] <= 201 and held["pods_pending"] <= 201 + 10, held
     assert live.rss_before and rss_bytes() - live.rss_before < 200 << 20
     live.forget_the_fuzz()
     deadline = time.monotonic() + 30  # held binds see their gang forgotten, then answer
@@ -180,7 +180,8 @@ def test_zzz_after_the_fuzz(live):
         time.sleep(0.1)
     live.clock.now += 61  # and the gang book's next collection
     live.ext.explain("fuzz/tick")
-    assert live.held_state() == {"pending": 0, "seen": 0, "unshown": 0, "gangs": 0, "reservations": 0}, (
-        live.ext.debug_gangs(), live.ext.state.reservations())
+    # Running: the drawing's two filler pods (h4, h6).
+    assert live.held_state() == {"gangs": 0, "reservations": 0, "pods_pending": 0, "pods_bound": 0, "pods_running": 2,
+                                 "pods_seen": 0, "pods_unshown": 0}, (live.ext.debug_gangs(), live.ext.state.reservations())
     live.assert_a_real_gang_binds_whole()
     assert live.watch.problems() == []
