@@ -181,7 +181,8 @@ def test_zzz_after_the_fuzz(live):
     live.clock.now += 61  # and the gang book's next collection
     live.ext.explain("fuzz/tick")
     # Running: the drawing's two filler pods (h4, h6).
-    assert live.held_state() == {"gangs": 0, "reservations": 0, "pods_pending": 0, "pods_bound": 0, "pods_running": 2,
-                                 "pods_seen": 0, "pods_unshown": 0}, (live.ext.debug_gangs(), live.ext.state.reservations())
+    assert live.held_state() == {"gangs": 0, "reservations": 0, "pods_pending": 0, "pods_bound": 0,
+                                 "pods_running": 2, "pods_seen": 0, "pods_unshown": 0}, (
+        live.ext.debug_gangs(), live.ext.state.reservations())
     live.assert_a_real_gang_binds_whole()
     assert live.watch.problems() == []
