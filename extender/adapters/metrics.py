@@ -10,6 +10,7 @@ at scrape time by ``Sampled``, never counted per request: the verbs' hot path do
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -146,9 +147,10 @@ class Metrics:
 
 
 class Sampled(Collector):
-    """The process and the service as a scrape finds them: each value is read from /proc or a
-    length, costing well under a millisecond (``sys.getallocatedblocks`` walks the interpreter's
-    arenas, not its objects), and nothing is counted per request."""
+    """The process and the service as a scrape finds them: each value is read from /proc, a
+    length or the process's own sockets, about a millisecond a scrape with 40 sockets open
+    (``sys.getallocatedblocks`` walks the interpreter's arenas, not its objects); nothing is
+    counted per request."""
 
     def __init__(self, proc: str = "/proc") -> None:
         self.proc = proc
@@ -181,41 +183,32 @@ class Sampled(Collector):
             return threading.active_count()
 
     def connections(self) -> dict[str, int]:
-        """Sockets this process holds on each listening port other than the listener itself:
-        connections accepted and not yet closed (CLOSE_WAIT included: a client gone whose socket
-        railyard never closed is a leak to see). Empty where /proc is not Linux's."""
+        """Connected sockets this process holds on each listening port: connections accepted
+        and not yet closed (CLOSE_WAIT included: a client gone whose socket railyard never
+        closed is a leak to see). Each of the process's own sockets is asked its ports (through
+        a duplicate of its descriptor), so the cost follows the process's descriptors, not
+        every socket of the host as /proc/net/tcp would (7 ms at 675 sockets). Empty where
+        /proc is not Linux's."""
         if not self.listeners:
             return {}
         try:
             fds = os.listdir(f"{self.proc}/self/fd")
         except OSError:
             return {}
-        sockets = set()
-        for fd in fds:
-            try:
-                link = os.readlink(f"{self.proc}/self/fd/{fd}")
-            except OSError:  # closed since the listing
-                continue
-            if link.startswith("socket:["):
-                sockets.add(link[8:-1])
         server_of = {port: server for server, port in self.listeners.items()}
         counts = dict.fromkeys(self.listeners, 0)
-        for table in ("tcp", "tcp6"):
+        for fd in fds:
             try:
-                with open(f"{self.proc}/self/net/{table}") as f:
-                    rows = f.read().splitlines()[1:]
-            except OSError:
-                continue
-            for row in rows:
-                # sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-                cols = row.split()
-                if len(cols) < 10 or cols[3] == LISTEN or cols[9] not in sockets:
+                if not os.readlink(f"{self.proc}/self/fd/{fd}").startswith("socket:"):
                     continue
-                server = server_of.get(int(cols[1].rsplit(":", 1)[1], 16))
-                if server is not None:
-                    counts[server] += 1
+                with socket.socket(fileno=os.dup(int(fd))) as sock:
+                    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                        continue
+                    server = server_of.get(sock.getsockname()[1])
+                    if server is not None:
+                        sock.getpeername()  # a listener has no peer: OSError
+                        counts[server] += 1
+            except OSError:  # closed since the listing, or not connected
+                continue
         return counts
 
-
-LISTEN = "0A"
-"""A listening socket's state in /proc/net/tcp (include/net/tcp_states.h: TCP_LISTEN = 10)."""
