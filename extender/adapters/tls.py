@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-import threading
 from typing import Callable, Sequence
+
+from extender.adapters.periodic import Every
 
 log = logging.getLogger("railyard")
 
 
-class CertificateReloader:
+class CertificateReloader(Every):
     """Calls ``load`` again when any of the files changed since the last load; new handshakes
     then get the new pair. A failed read (a half-written rotation) keeps the previous pair and
     is tried again next time."""
@@ -22,10 +23,8 @@ class CertificateReloader:
     def __init__(self, paths: Sequence[str], load: Callable[[], object], interval: float = 10.0) -> None:
         self.paths = [p for p in paths if p]
         self.load = load
-        self.interval = interval
         self._stamp = self._mtimes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tls-reload", daemon=True)
+        super().__init__(interval, self.check, "tls-reload")
 
     def _mtimes(self) -> tuple[int, ...]:
         return tuple(os.stat(p).st_mtime_ns for p in self.paths)
@@ -43,14 +42,3 @@ class CertificateReloader:
         self._stamp = stamp
         log.info("TLS certificate %s reloaded", self.paths[0])
         return True
-
-    def start(self) -> None:
-        """Check every ``interval`` seconds on a thread of its own."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.check()

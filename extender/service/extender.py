@@ -82,7 +82,19 @@ class TopologyExtender:
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
         return self.verbs.preempt(pod, victims)
 
-    # -- read-only answers and subscriptions (the gRPC API, /debug/gangs) -------------------------
+    def expire(self) -> None:
+        """Apply time with no call to carry it (``App.ticker``, every few seconds): on a quiet
+        cluster what a burst of calls left (pods only filter saw, their gangs) still expires."""
+        with self.ctx.cond:
+            self.ctx.tick()
+
+    # -- read-only answers and subscriptions (the gRPC API, /debug/gangs, /metrics) ---------------
+
+    def held(self) -> dict[str, int]:
+        """What the service holds, by kind (/metrics). Lengths read without the lock: a scrape
+        never waits behind a verb, and a count a moment old is good enough."""
+        ctx = self.ctx
+        return {"gangs": len(ctx.book), "reservations": len(ctx.state.reservations()), **ctx.pods.sizes()}
 
     def debug_gangs(self) -> list[GangView]:
         with self.ctx.cond:  # time applied first: no deadline shown passed, no forgotten pod shown

@@ -156,10 +156,8 @@ class Live:
 
     # -- what the fuzz left behind ---------------------------------------------------------------
     def held_state(self) -> dict[str, int]:
-        """Sizes of everything the service keeps per pod or gang."""
-        pods = self.ext.ctx.pods
-        return {"pending": len(pods), "seen": len(pods._seen), "unshown": pods.unshown()[0],
-                "gangs": len(self.ext.ctx.book.records()), "reservations": len(self.ext.ctx.state.reservations())}
+        """Sizes of everything the service keeps per pod or gang (``railyard_held_objects``)."""
+        return self.ext.held()
 
     def _watch_shows_bound(self, key: str, node: str) -> None:
         pod = self.ext.ctx.pods.seen_pod(key) or self.ext.ctx.pods.pending_pod(key)

@@ -43,7 +43,7 @@ def test_pods_that_never_existed_cost_at_most_the_bound():
         assert CALLS * KEPT > 140 << 20  # what keeping them all would cost
         assert grown < 96 << 20, f"RSS grew {grown >> 20} MiB"
         live.forget_the_fuzz()
-        assert live.held_state()["unshown"] == 0
+        assert live.held_state()["pods_unshown"] == 0
         live.assert_a_real_gang_binds_whole()
     finally:
         live.close()

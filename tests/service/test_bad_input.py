@@ -27,8 +27,8 @@ def with_gpus(p: dict, value: object) -> dict:
     ("abc", f"container main nvidia.com/gpu: quantity 'abc' {QUANTITY}"),
     ("²", f"container main nvidia.com/gpu: quantity '²' {QUANTITY}"),  # str.isdigit() says yes
     ("1e9", "nvidia.com/gpu must be at most 4096, got 1000000000"),
-    ("500m", "nvidia.com/gpu must be a whole number of GPUs, got 0.5"),
-    (1.5, "nvidia.com/gpu must be a whole number of GPUs, got 1.5"),
+    ("500m", "container main nvidia.com/gpu must be a whole number, got '500m' (0.5)"),
+    (1.5, "container main nvidia.com/gpu must be a whole number, got 1.5"),
     (-8, "container main nvidia.com/gpu must not be negative, got -8"),
     (2**64, "nvidia.com/gpu must be at most 4096, got 18446744073709551616"),
     ("9" * 5000, "container main nvidia.com/gpu: a quantity must be at most 64 characters long, got "
@@ -39,6 +39,35 @@ def test_a_lone_pod_whose_gpus_cannot_be_read_passes_no_node(value, problem):
     v = ext.filter(with_gpus(pod("x", 1), value), NODES)
     assert (v.node_names, v.failed) == ((), {})
     assert v.failed_unresolvable == {n: f"pod ml/x is not placed: {problem}" for n in NODES}
+
+
+# Issue 25 item 4: "500m" GPUs in an init container passed every 8-GPU node while the same value
+# in a main container passed none. Each kind of container carries it beside a main container
+# asking 8 GPUs; the answer is the same, naming the container.
+FRACTION_IN = {
+    "init": ("initContainers", {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "500m"}}},
+             "init container warm"),
+    "sidecar": ("initContainers", {"name": "log", "restartPolicy": "Always",
+                                   "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "init container log"),
+    "main": ("containers", {"name": "aux", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "container aux"),
+    "overhead": ("overhead", {"nvidia.com/gpu": "500m"}, "overhead"),
+}
+
+
+@pytest.mark.parametrize("kind", FRACTION_IN)
+def test_a_fraction_of_a_gpu_gets_the_same_answer_in_every_container_kind(kind):
+    field, value, where = FRACTION_IN[kind]
+    ext, _, _ = extender()
+    lone, member = pod("x", 8), gang("g", 2, 8)[0]
+    assert ext.filter(pod("y", 8), NODES).node_names == tuple(NODES)  # without the fraction: every node
+    problem = f"{where} nvidia.com/gpu must be a whole number, got '500m' (0.5)"
+    for p, reason in ((lone, f"pod ml/x is not placed: {problem}"), (member, f"gang ml/g: pod ml/g-0: {problem}")):
+        p["spec"][field] = [*p["spec"].get(field, []), value] if field != "overhead" else value
+        create(ext, [p]) if p is member else None
+        v = ext.filter(p, NODES)
+        assert (v.node_names, v.failed) == ((), {})
+        assert v.failed_unresolvable == {n: reason for n in NODES}
+    assert ext.state.reservations() == {}
 
 
 def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs_reason():
@@ -72,6 +101,7 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     for p in ghosts:
         assert len(ext.filter(p, NODES).node_names) == 1
     assert set(ext.ctx.state.reservations()) == {"ml/ghost"}
+    held_then = ext.held()
     assert binder.events == []  # no Event about pods the API server does not have
     clock.now += SEEN_TTL_SECONDS - 1
     ext.debug_gangs(), ext.explain("ml/ghost-0")  # ticks
@@ -80,6 +110,12 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     ext.explain("ml/nobody")
     assert ext.ctx.state.reservations() == {}
     assert ext.ctx.pods.unshown() == (0, 0) and ext.ctx.pods.pending_pod("ml/ghost-0") is None
+    # What /metrics samples (railyard_held_objects) saw it come and go; running: the drawing's two
+    # filler pods (h4, h6).
+    assert held_then == {"gangs": 1, "reservations": 1, "pods_pending": 2, "pods_bound": 0, "pods_running": 2,
+                         "pods_seen": 2, "pods_unshown": 2}
+    assert ext.held() == {**held_then, "gangs": 0, "reservations": 0, "pods_pending": 0, "pods_seen": 0,
+                         "pods_unshown": 0}
     assert changes[-1].event == "member_lost" and changes[-1].reason == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
                           "never showed the pod (not within 60s of its last filter call); planning again")
 

@@ -152,6 +152,11 @@ class PodIndex:
         """(pods known only from filter, their footprint in bytes)."""
         return len(self._unshown), self._unshown_bytes
 
+    def sizes(self) -> dict[str, int]:
+        """Pods in each index; lengths only, so another thread may read them without the lock."""
+        return {"pods_pending": len(self._pending), "pods_bound": len(self._bound),
+                "pods_running": len(self._node_of), "pods_seen": len(self._seen), "pods_unshown": len(self._unshown)}
+
     # -- reads ---------------------------------------------------------------------------
 
     def seen_pod(self, key: str) -> PodFacts | None:

@@ -165,6 +165,9 @@ class GangBook:
     def records(self) -> list[GangRecord]:
         return list(self._gangs.values())
 
+    def __len__(self) -> int:
+        return len(self._gangs)
+
     def record(self, key: str, now: float) -> GangRecord:
         rec = self._gangs.get(key)
         if rec is None:

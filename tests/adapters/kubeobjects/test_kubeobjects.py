@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from extender import topotext
 from extender.adapters import kubeobjects as ko
+from extender.adapters.kubeobjects.resources import node_allocatable
 from extender.core.gangs import gangspec
 from tests.topologies import TRANSLATE, Cluster, gang, pod
 
@@ -286,6 +287,78 @@ def test_node_facts():
 )
 def test_pod_gpus(spec, gpus):
     assert ko.pod_gpus({"spec": spec}, "nvidia.com/gpu") == gpus
+
+
+# Issue 25 item 4: one rule for every container kind. The API server refuses a fraction of an
+# extended resource (or of pods) in any container's requests or limits and in the overhead, and
+# a negative value of anything (ValidateResourceQuantityValue, pkg/apis/core/validation, which
+# validateOverhead reuses); cpu and memory may be fractions. Each kind below carries the odd
+# value beside a main container asking 8 GPUs.
+KINDS = {
+    "init": lambda v: {"initContainers": [{"name": "warm", "resources": {"requests": v}}]},
+    "sidecar": lambda v: {"initContainers": [{"name": "log", "restartPolicy": "Always", "resources": {"limits": v}}]},
+    "main": lambda v: {"containers": [{"name": "aux", "resources": {"requests": v}}]},
+    "overhead": lambda v: {"overhead": v},
+}
+WHERE = {"init": "init container warm", "sidecar": "init container log", "main": "container aux",
+         "overhead": "overhead"}
+
+
+def with_odd(kind: str, resource: str, value: object) -> dict:
+    p = pod("p", 8)
+    extra = KINDS[kind]({resource: value})
+    for field, more in extra.items():
+        p["spec"][field] = p["spec"].get(field, []) + more if isinstance(more, list) else more
+    return p
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("resource, value, got", [
+    ("nvidia.com/gpu", "500m", "'500m' (0.5)"),
+    ("nvidia.com/gpu", 1.5, "1.5"),
+    ("nvidia.com/gpu", "0.1n", "'0.1n' (0.000000001)"),
+    ("example.com/nic", "250m", "'250m' (0.25)"),
+    ("pods", "1.5", "'1.5'"),
+])
+def test_a_fraction_of_an_integer_resource_is_a_problem_in_every_container_kind(kind, resource, value, got):
+    facts = TRANSLATE.pod(with_odd(kind, resource, value))
+    assert facts.problems == (f"{WHERE[kind]} {resource} must be a whole number, got {got}",)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("resource, value, problem", [
+    ("nvidia.com/gpu", "-1", "must not be negative, got '-1'"),
+    ("memory", -8, "must not be negative, got -8"),
+    ("cpu", "abc", "quantity 'abc' is not a number with an optional suffix "
+                   "(n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or e<exponent>)"),
+])
+def test_a_negative_or_unreadable_value_is_a_problem_in_every_container_kind(kind, resource, value, problem):
+    sep = ": " if problem.startswith("quantity") else " "
+    assert TRANSLATE.pod(with_odd(kind, resource, value)).problems == (f"{WHERE[kind]} {resource}{sep}{problem}",)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fractions_of_cpu_and_memory_are_read_in_every_container_kind(kind):
+    # Rounded up after the sum, as kube-scheduler's NodeResourcesFit reads the pod's requests
+    # (MilliValue for cpu, Value for the rest): 0.5m cpu is 1 millicore, 500m bytes 1 byte.
+    facts = TRANSLATE.pod(with_odd(kind, "cpu", "0.5m"))
+    assert facts.problems == () and facts.gpus == 8 and dict(facts.eligibility.requests)["cpu"] == 1
+    facts = TRANSLATE.pod(with_odd(kind, "memory", "500m"))
+    assert facts.problems == () and dict(facts.eligibility.requests)["memory"] == 1
+
+
+def test_a_limit_beside_the_request_read_is_held_to_the_same_rule():
+    p = pod("p", 8)
+    p["spec"]["initContainers"] = [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1"},
+                                                                  "limits": {"nvidia.com/gpu": "1500m"}}}]
+    assert TRANSLATE.pod(p).problems == ("init container warm nvidia.com/gpu limit must be a whole number, "
+                                         "got '1500m' (1.5)",)
+
+
+def test_a_node_with_a_fraction_of_an_integer_resource_has_none_of_it():
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {
+        "nvidia.com/gpu": "7500m", "example.com/nic": "1.5", "cpu": "1500m", "memory": "0.5"}}}
+    assert node_allocatable(node, "nvidia.com/gpu") == (0, (("cpu", 1500), ("memory", 1)))
 
 
 def test_terminal_and_unassigned_pods_hold_nothing():

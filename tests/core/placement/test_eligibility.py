@@ -170,11 +170,11 @@ def test_preferred_affinity_breaks_a_tie():
 
 @pytest.mark.parametrize("spec, problem", [
     ({"containers": [{"name": "m", "resources": {"requests": {"nvidia.com/gpu": "500m"}}}]},
-     "nvidia.com/gpu must be a whole number of GPUs, got 0.5"),
+     "container m nvidia.com/gpu must be a whole number, got '500m' (0.5)"),
     ({"containers": [{"name": "m", "resources": {"requests": {"cpu": "lots"}}}]},
      "container m cpu: quantity 'lots' is not a number with an optional suffix"),
     ({"containers": [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "-8"}}}]},
-     "container m nvidia.com/gpu must not be negative, got -8"),
+     "container m nvidia.com/gpu must not be negative, got '-8'"),
     ({"containers": [{"name": "m"}], **affinity(expr("pool", "Near", "a"))},
      "operator must be one of DoesNotExist, Exists, Gt, In, Lt, NotIn, got 'Near'"),
 ])
