@@ -132,8 +132,8 @@ def tree_conf(t: SlurmTopology) -> str:
     if not t.switches:
         raise SlurmTopologyError("no switch tiers: every level of this cluster is an NVLink level "
                                  "(use the block format)")
-    lines = [f"SwitchName={s.name} " + (f"Switches={hostlist(s.switches)}" if s.switches else f"Nodes={hostlist(s.nodes)}")
-             for s in t.switches]
+    lines = [f"SwitchName={s.name} Switches={hostlist(s.switches)}" if s.switches else
+             f"SwitchName={s.name} Nodes={hostlist(s.nodes)}" for s in t.switches]
     return _comments("topology.conf, TopologyPlugin=topology/tree", *t.notes, t.tree_note) + "\n".join(lines) + "\n"
 
 

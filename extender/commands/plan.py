@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_nodes(path: str, levels: str | None, translate: ko.Translator) -> tuple[list[dict[str, Any]], list[NodeFacts], LevelChoice]:
+def read_nodes(path: str, levels: str | None,
+               translate: ko.Translator) -> tuple[list[dict[str, Any]], list[NodeFacts], LevelChoice]:
     """A ``--nodes`` file: its objects, its Nodes as facts, and the levels (``--levels K1,K2``, else
     detected from the labels). ``railyard topology`` reads the same file the same way."""
     objects = _objects(path, {"Node"})
