@@ -125,14 +125,14 @@ def test_time_is_applied_with_no_call_to_carry_it(apiserver_app):
     """A pod only filter saw is forgotten its time after, on a cluster that makes no more calls."""
     application, address = apiserver_app
     clock = [1000.0]
-    application.service.clock = lambda: clock[0]
+    application.service.ctx.clock = lambda: clock[0]
     body = {"Pod": {"metadata": {"name": "ghost", "namespace": "ml", "uid": "u1"},
                     "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}},
             "NodeNames": ["gpu-1"]}
     wait_ready(address)
     assert get(address, "/scheduler/filter", json.dumps(body))[0] == 200
     assert application.service.held()["pods_unshown"] == 1
-    clock[0] += application.service.pods.ttl
+    clock[0] += application.service.ctx.pods.ttl
     deadline = time.monotonic() + 2 * app.TICK_SECONDS
     while application.service.held()["pods_unshown"]:
         assert time.monotonic() < deadline, "the ticker never applied the time"

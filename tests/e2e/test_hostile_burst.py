@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from extender.app import TICK_SECONDS
-from extender.core.pods import SEEN_TTL_SECONDS
+from extender.core.cluster.pods import SEEN_TTL_SECONDS
 from extender.localcluster import processes
 from tests.fuzz.burst import Burst
 

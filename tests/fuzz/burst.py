@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2
 from extender.api.v1 import extender_pb2 as pb
 from tests.fuzz.strategies import ABSURD_JSON, ABSURD_NUMBERS, GPU, GROUP, LEVELS
 from tests.fuzz.test_grpc_fuzz import call
-from tests.grpc.test_hostile_requests import METHODS
+from tests.adapters.grpc.test_hostile_requests import METHODS
 
 NAMESPACE = "burst"
 RAW = [b'POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"Pod": ',

@@ -67,7 +67,7 @@ def test_a_fraction_of_a_gpu_gets_the_same_answer_in_every_container_kind(kind):
         v = ext.filter(p, NODES)
         assert (v.node_names, v.failed) == ((), {})
         assert v.failed_unresolvable == {n: reason for n in NODES}
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs_reason():
