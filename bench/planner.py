@@ -19,8 +19,8 @@ from dataclasses import replace
 from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.core.model import GangSpec, Member, PodUsage
-from extender.core.planner import NoPlacement, Placement, plan
-from extender.core.state import ClusterState
+from extender.core.placement.planner import NoPlacement, Placement, plan
+from extender.core.cluster.state import ClusterState
 from extender.settings import DEFAULT_GPU_RESOURCE
 
 

@@ -27,7 +27,9 @@ from extender import topotext
 from extender.adapters.http.server import ExtenderServer
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
-from extender.service import DRA_KINDS, TopologyExtender
+from extender.core.ports import Ports
+from extender.service import TopologyExtender
+from extender.service.sink import DRA_KINDS
 from extender.settings import DEFAULT_GPU_RESOURCE, ServerSettings, Settings
 
 TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
@@ -37,7 +39,7 @@ class NoBinder:
     def bind_all(self, bindings):
         return [None] * len(bindings)
 
-    def delete_pod(self, namespace, name, uid):
+    def delete_pod(self, pod):
         pass
 
     def mark_all(self, marks):
@@ -79,7 +81,8 @@ def service_times(service: TopologyExtender, names: list[str], requests: int = 3
 
 
 def serve(nodes: int, n: int, ready, port_out, stop, direct) -> None:
-    service = TopologyExtender(Settings(), NoBinder(), SCHEME, Metrics(CollectorRegistry()))
+    none = NoBinder()
+    service = TopologyExtender(Settings(), Ports(none, none, none, none, SCHEME, Metrics(CollectorRegistry())))
     service.relisted("nodes", [TRANSLATE.node(n) for n in cluster(nodes)])
     members = [TRANSLATE.pod(pod(f"g-{i}", 8, gang="g", size=16)) for i in range(16)]
     service.relisted("pods", members)

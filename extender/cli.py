@@ -14,6 +14,7 @@ import sys
 # subcommand -> module providing add_parser(); order is the order of `railyard --help`.
 COMMANDS = {
     "plan": "extender.commands.plan",
+    "topology": "extender.commands.topology",
     "serve": "extender.commands.serve",
     "explain": "extender.commands.explain",
     "cluster": "extender.localcluster.cli",

@@ -156,8 +156,7 @@ class Settings:
 
     def validate(self) -> list[str]:
         problems = []
-        host, _, port = self.server.listen.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not _serves(self.server.listen):
             problems.append(f"server.listen must be HOST:PORT, got {self.server.listen!r}")
         if not self.server.prefix.startswith("/"):
             problems.append(f"server.prefix must start with '/', got {self.server.prefix!r}")
@@ -166,14 +165,10 @@ class Settings:
                 problems.append(f"server.{name} must be positive")
         if bool(self.server.tls_cert_file) != bool(self.server.tls_key_file):
             problems.append("server.tls_cert_file and server.tls_key_file go together")
-        if self.server.metrics_listen:
-            host, _, port = self.server.metrics_listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                problems.append(f"server.metrics_listen must be HOST:PORT or empty, got {self.server.metrics_listen!r}")
-        if self.grpc.listen:
-            host, _, port = self.grpc.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                problems.append(f"grpc.listen must be HOST:PORT or empty, got {self.grpc.listen!r}")
+        if self.server.metrics_listen and not _serves(self.server.metrics_listen):
+            problems.append(f"server.metrics_listen must be HOST:PORT or empty, got {self.server.metrics_listen!r}")
+        if self.grpc.listen and not _serves(self.grpc.listen):
+            problems.append(f"grpc.listen must be HOST:PORT or empty, got {self.grpc.listen!r}")
         if bool(self.grpc.tls_cert_file) != bool(self.grpc.tls_key_file):
             problems.append("grpc.tls_cert_file and grpc.tls_key_file go together")
         if self.grpc.client_ca_file and not self.grpc.tls_cert_file:
@@ -217,6 +212,23 @@ class Settings:
         """``dra.topology_attributes`` as (attribute, label) pairs."""
         pairs = (e.partition("=") for e in self.dra.topology_attributes)
         return tuple((a.strip(), lbl.strip()) for a, _, lbl in pairs)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """A listen address ``HOST:PORT`` as (host, port), an IPv6 host's brackets removed
+    (``[::1]:8888``); port 0 asks for any free port. ValueError when ``text`` is not one."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"not HOST:PORT: {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _serves(text: str) -> bool:
+    """``text`` is a listen address with a port of its own (a configured port is never 0)."""
+    try:
+        return listen_address(text)[1] > 0
+    except ValueError:
+        return False
 
 
 def from_mapping(data: Mapping[str, Any], base: Settings = Settings()) -> tuple[Settings, list[str]]:

@@ -33,11 +33,13 @@ clique          -                       ClusterUUID             nvidia.com/gpu.c
 X+clique        scheme X                scheme X                nvidia.com/gpu.clique
 ==============  ======================  ======================  ============================
 
-(``topograph`` keys are ``network.topology.nvidia.com/*`` of Topograph v0.3-v0.5,
-``topograph-v0.1`` the same prefix at v0.1.0, ``topograph-v1`` ``fabric.topograph.run/tier-N``
-and ``accelerator.topograph.run/*``, ``gke`` ``cloud.google.com/gce-topology-*``, ``eks``
-``topology.k8s.aws/network-node-layer-*``, ``oci`` ``oci.oraclecloud.com/*``.) With a clique,
-``nvl`` is ``nvidia.com/gpu.clique = <rack value>.<nvl value>``: the rack names the ClusterUUID.
+The keys are the label presets' (``adapters/kubeobjects/labels.PRESETS``): each word names a
+preset level by its short name. (``topograph`` keys are ``network.topology.nvidia.com/*`` of
+Topograph v0.3-v0.5, ``topograph-v0.1`` the same prefix at v0.1.0, ``topograph-v1``
+``fabric.topograph.run/tier-N`` and ``accelerator.topograph.run/*``, ``gke``
+``cloud.google.com/gce-topology-*``, ``eks`` ``topology.k8s.aws/network-node-layer-*``, ``oci``
+``oci.oraclecloud.com/*``.) With a clique, ``nvl`` is ``nvidia.com/gpu.clique = <rack
+value>.<nvl value>``: the rack names the ClusterUUID.
 
 A compact generator is one line of ``key=value`` words and expands to a drawing::
 
@@ -54,33 +56,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from extender.adapters.kubeobjects.labels import CLIQUE, NUMBERED, level_key
 from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
 
-CLIQUE = "nvidia.com/gpu.clique"
-
-_T = "network.topology.nvidia.com/"
-_V1 = "fabric.topograph.run/"
-_GKE = "cloud.google.com/gce-topology-"
-_EKS = "topology.k8s.aws/network-node-layer-"
-_OCI = "oci.oraclecloud.com/"
-
-WORDS: dict[str, dict[str, str]] = {
-    "topograph": {"block": _T + "spine", "rack": _T + "leaf", "nvl": _T + "accelerator",
-                  "core": _T + "core", "spine": _T + "spine", "leaf": _T + "leaf"},
-    "topograph-v0.1": {"block": _T + "spine", "rack": _T + "block", "nvl": _T + "accelerator",
-                       "datacenter": _T + "datacenter", "spine": _T + "spine"},
-    "topograph-v1": {"block": _V1 + "tier-1", "rack": _V1 + "tier-0",
-                     "nvl": "accelerator.topograph.run/domain", "subnvl": "accelerator.topograph.run/sub-domain"},
-    "gke": {"block": _GKE + "block", "rack": _GKE + "subblock", "nvl": _GKE + "host",
-            "subblock": _GKE + "subblock", "host": _GKE + "host"},
-    "eks": {"block": _EKS + "1", "rack": _EKS + "2", "nvl": _EKS + "3"},
-    "oci": {"block": _OCI + "rdma.hpc_island_id", "rack": _OCI + "rdma.network_block_id",
-            "nvl": _OCI + "rdma.local_block_id"},
-    "oci-host": {"block": _OCI + "host.network_block_id", "rack": _OCI + "host.rack_id"},
+_LEVELS: dict[str, dict[str, str]] = {
+    # word -> the short name of the preset's level it becomes; block, rack and nvl are positions
+    "topograph": {"block": "spine", "rack": "leaf", "nvl": "nvlink", "core": "core", "spine": "spine", "leaf": "leaf"},
+    "topograph-v0.1": {"block": "spine", "rack": "block", "nvl": "nvlink", "datacenter": "datacenter",
+                       "spine": "spine"},
+    "topograph-v1": {"block": "tier-1", "rack": "tier-0", "nvl": "nvlink", "subnvl": "nvlink-sub"},
+    "gke": {"block": "block", "rack": "subblock", "nvl": "gce-host", "subblock": "subblock", "host": "gce-host"},
+    "eks": {"block": "layer-1", "rack": "layer-2", "nvl": "layer-3"},
+    "oci": {"block": "hpc-island", "rack": "network-block", "nvl": "local-block"},
+    "oci-host": {"block": "network-block", "rack": "rack"},
     "clique": {},
 }
-NUMBERED = {"topograph-v1": ("tier-", _V1 + "tier-"), "eks": ("layer-", _EKS)}
-"""Schemes whose levels are numbered: ``tier-3``, ``layer-4``."""
+
+WORDS: dict[str, dict[str, str]] = {
+    scheme: {word: level_key(scheme, name) for word, name in words.items()} for scheme, words in _LEVELS.items()}
+"""Per scheme, each level word of a drawing -> the label key it becomes."""
 
 
 class TopologyTextError(ValueError):
@@ -242,9 +236,9 @@ def _label_key(scheme: str, word: str, lineno: int) -> str | None:
     if clique and word == "nvl":
         return CLIQUE
     key = WORDS[base].get(word)
-    prefix, key_prefix = NUMBERED.get(base, ("", ""))
+    prefix = NUMBERED.get(base, ("", ""))[0]
     if key is None and prefix and word.startswith(prefix) and word[len(prefix):].isdigit():
-        key = key_prefix + word[len(prefix):]
+        key = level_key(base, word)  # tier-N, layer-N
     if key is None and clique and word == "rack":
         return None
     if key is None:

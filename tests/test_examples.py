@@ -10,10 +10,11 @@ import yaml
 
 from extender import topotext
 from extender.adapters.kubeobjects import notes
-from extender.core.address import addresses
+from extender.core.placement.address import addresses
 from extender.core.model import Address
-from extender.core.planner import Placement
-from extender.core.slices import SliceRule
+from extender.core.placement.planner import Placement
+from extender.core.placement.slices import SliceRule
+from extender.service.answers import Slices
 from tests.topologies import cluster
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -43,10 +44,10 @@ def test_the_sliced_job_example_is_planned_in_slices_and_its_env_reads_what_rail
     pods = job_pods(job)
     (plan,) = w.plan_pending(pods)
     assert plan.feasible, plan.reason
-    assert plan.slices == {"size": 4, "level": "network.topology.nvidia.com/accelerator", "count": 2}
+    assert plan.slices == Slices(size=4, level="network.topology.nvidia.com/accelerator", count=2)
     ranks = plan.ranks
-    assert [r["pod"] for r in ranks] == [f"ml/llama-tp4-{i}-x" for i in range(8)]  # by completion index
-    nvlink = [r["domains"][-1]["domain"] for r in ranks]
+    assert [r.pod for r in ranks] == [f"ml/llama-tp4-{i}-x" for i in range(8)]  # by completion index
+    nvlink = [r.domains[-1].domain for r in ranks]
     assert nvlink == ["b1/r2/n1"] * 4 + ["b1/r2/n2"] * 4
 
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]

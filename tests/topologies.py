@@ -7,7 +7,7 @@ from typing import Any
 from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.settings import DEFAULT_GPU_RESOURCE
-from extender.whatif import WhatIf
+from extender.service.whatif import WhatIf
 
 TRANSLATE = ko.Translator(DEFAULT_GPU_RESOURCE)
 

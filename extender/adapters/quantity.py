@@ -2,7 +2,7 @@
 
     parse_quantity(text)                   a quantity string, exactly as apimachinery's ParseQuantity
     json_quantity(value)                   a Quantity field's JSON value, as Quantity.UnmarshalJSON
-    whole_count(value, what, maximum)      a countable resource (GPUs, pods): a whole number 0..maximum
+    pod_quantity(value, what, whole)       a pod's request: never negative, whole where Kubernetes says so
     bounded_int(text, what, lo, hi)        an annotation integer (min-member, timeout-seconds)
 
 Each raises ``QuantityError`` (a ValueError) and nothing else, whatever it is given. Its message
@@ -180,15 +180,15 @@ def json_quantity(value: Any) -> Fraction:
     raise QuantityError(f"a quantity must be a string or a number, got {shown(value)}")
 
 
-def whole_count(value: Any, what: str, maximum: int) -> int:
-    """A countable resource's JSON value (``"8"``, ``8``, ``"1k"``) as an int from 0 to ``maximum``.
-
-    Kubernetes requires extended resources to be whole numbers, so "500m" GPUs is an error, not 0.
-    Messages, for ``what`` = "pod ml/a nvidia.com/gpu":
-        pod ml/a nvidia.com/gpu: quantity 'abc' is not a number with an optional suffix (...)
-        pod ml/a nvidia.com/gpu must be a whole number, got '500m' (0.5)
-        pod ml/a nvidia.com/gpu must not be negative, got -8
-        pod ml/a nvidia.com/gpu must be at most 1024, got '1e9' (1000000000)
+def pod_quantity(value: Any, what: str, whole: bool) -> Fraction:
+    """A quantity a pod states (a container's request or limit, the pod's overhead), refused
+    where the API server refuses it (ValidateResourceQuantityValue in
+    pkg/apis/core/validation): a negative value, and where ``whole`` (an integer resource:
+    extended resources such as nvidia.com/gpu, and pods) one that is not a whole number, so
+    "500m" GPUs is an error, not 0 nor 1. Messages, for ``what`` = "init container w nvidia.com/gpu":
+        init container w nvidia.com/gpu: quantity 'abc' is not a number with an optional suffix (...)
+        init container w nvidia.com/gpu must be a whole number, got '500m' (0.5)
+        init container w nvidia.com/gpu must not be negative, got -8
     """
     try:
         q = json_quantity(value)
@@ -196,11 +196,9 @@ def whole_count(value: Any, what: str, maximum: int) -> int:
         raise QuantityError(f"{what}: {exc}") from None
     if q < 0:
         raise QuantityError(f"{what} must not be negative, got {_with_number(value, q)}")
-    if q.denominator != 1:
+    if whole and q.denominator != 1:
         raise QuantityError(f"{what} must be a whole number, got {_with_number(value, q)}")
-    if q > maximum:
-        raise QuantityError(f"{what} must be at most {maximum}, got {_with_number(value, q)}")
-    return int(q)
+    return q
 
 
 def decimal_text(q: Fraction) -> str:

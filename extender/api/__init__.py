@@ -1,5 +1,8 @@
-"""railyard's gRPC API. ``v1/`` holds code generated from ``proto/extender/api/v1/extender.proto``.
+"""railyard's gRPC API.
+
+    v1/           code generated from ``proto/extender/api/v1/extender.proto``.
+    generate.py   the generator (``scripts/gen-proto``).
 
 Quarantined (STYLE.md habit 14): only ``extender.adapters.grpc`` and the ``explain`` command
-import it, never ``core/`` or ``service.py``. Regenerate with ``python -m extender.api.generate``.
+import it, never ``core/`` or ``service/``. Regenerate with ``python -m extender.api.generate``.
 """

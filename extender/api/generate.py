@@ -2,7 +2,7 @@
 
 The proto's package (``extender.api.v1``) is its Python import path, so the generated modules
 import each other as ``extender.api.v1...`` with no sys.path tricks. The output is committed:
-a clean clone installs and runs without a code generator, and ``tests/grpc/test_generated.py``
+a clean clone installs and runs without a code generator, and ``tests/adapters/grpc/test_generated.py``
 fails when it drifts from the proto. The Dockerfile's build stage runs this too.
 
     python -m extender.api.generate [--out DIR]     # DIR defaults to the repository root

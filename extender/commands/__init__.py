@@ -1,1 +1,7 @@
-"""CLI commands: each module adapts argv to the service and prints results."""
+"""CLI commands: each module adapts argv to the service and prints results.
+
+    serve.py    ``railyard serve``: the extender, as app.py wires it.
+    plan.py     ``railyard plan``: what-if placement over files, offline.
+    explain.py  ``railyard explain``: why a pod waits, asked of a running extender over gRPC.
+    demo.py     ``railyard demo``: a local cluster, the extender and sample gangs, then a report.
+"""

@@ -76,7 +76,8 @@ def _run_workload(kubeconfig: Path, timeout: float) -> int:
     kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=config)
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
     try:
-        api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        api.create_namespace({"apiVersion": "v1", "kind": "Namespace",  # type: ignore[arg-type]  # sent as is
+                              "metadata": {"name": NAMESPACE}})
     except kubernetes.client.ApiException as exc:
         if exc.status != 409:
             raise
@@ -92,7 +93,7 @@ def _run_workload(kubeconfig: Path, timeout: float) -> int:
             pods.append(_pod(f"single-{i}", SINGLES[i], {}, {}))
     created = {}
     for body in pods:
-        api.create_namespaced_pod(NAMESPACE, body)
+        api.create_namespaced_pod(NAMESPACE, body)  # type: ignore[arg-type]  # a dict is sent as it is
         created[body["metadata"]["name"]] = time.monotonic()
     print(f"railyard demo: created {len(WORKLOAD)} gangs ({sum(g.pods for g in WORKLOAD)} pods) and "
           f"{len(SINGLES)} single GPU pods on {len(nodes)} nodes", file=sys.stderr)

@@ -11,8 +11,10 @@ from typing import Any
 import yaml
 
 from extender.adapters import kubeobjects as ko
+from extender.adapters.answers import plan_json
+from extender.core.model import LevelChoice, NodeFacts
+from extender.service.whatif import WhatIf
 from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
-from extender.whatif import WhatIf
 
 
 class InputError(Exception):
@@ -44,20 +46,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Translated here, once: the what-if planner takes facts, as the live extender does.
+    translate = ko.Translator(args.gpu_resource)
     try:
-        nodes = _objects(args.nodes, {"Node"})
+        nodes, node_facts, levels = read_nodes(args.nodes, args.levels, translate)
         pods = _objects(args.pods, {"Pod", "PodGroup"}) if args.pods else []
         pending = _objects(args.gang, {"Pod", "PodGroup"})
-        if not any(o["kind"] == "Node" for o in nodes):
-            raise InputError(f"{args.nodes}: no Node objects")
     except InputError as exc:
         print(f"railyard plan: {exc}", file=sys.stderr)
         return 2
-    # Translated here, once: the what-if planner takes facts, as the live extender does.
-    translate = ko.Translator(args.gpu_resource)
-    node_facts = [translate.node(n) for n in nodes if n["kind"] == "Node"]
-    keys = [k for k in args.levels.split(",") if k.strip()] if args.levels else None
-    levels = ko.explicit_levels(keys) if keys else ko.detect_levels(node_facts)
     everything = nodes + pods + pending
     groups = [translate.group(o) for o in everything if o["kind"] == "PodGroup"]
     dra = [translate.dra(o["kind"], o) for o in everything if o["kind"] in ko.DRA_KINDS]
@@ -65,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                          dra, args.gpu_resource, args.rail_attribute)
     answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
     out = {
-        "gangs": [a.to_json() for a in answers],
+        "gangs": [plan_json(a) for a in answers],
         "topology": {
             "levels": [lvl.key for lvl in whatif.state.levels],
             "problems": whatif.problems,
@@ -77,6 +74,18 @@ def run(args: argparse.Namespace) -> int:
         for problem in whatif.problems:
             print(f"railyard plan: {problem}", file=sys.stderr)
     return 0
+
+
+def read_nodes(path: str, levels: str | None,
+               translate: ko.Translator) -> tuple[list[dict[str, Any]], list[NodeFacts], LevelChoice]:
+    """A ``--nodes`` file: its objects, its Nodes as facts, and the levels (``--levels K1,K2``, else
+    detected from the labels). ``railyard topology`` reads the same file the same way."""
+    objects = _objects(path, {"Node"})
+    if not any(o["kind"] == "Node" for o in objects):
+        raise InputError(f"{path}: no Node objects")
+    facts = [translate.node(o) for o in objects if o["kind"] == "Node"]
+    keys = [k for k in levels.split(",") if k.strip()] if levels else None
+    return objects, facts, ko.explicit_levels(keys) if keys else ko.detect_levels(facts)
 
 
 def _objects(path: str, kinds: set[str]) -> list[dict[str, Any]]:

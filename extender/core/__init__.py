@@ -5,21 +5,22 @@ Nothing here knows a label key or an object shape; ``extender.adapters.kubeobjec
 translates Kubernetes objects into the facts of ``model.py`` where they enter.
 Imports: this package and the standard library only (``tests/test_layers.py``).
 
-Modules, inner first:
+The shared words at the root, each concern in a package of its own (inner first; every
+package's ``__init__`` maps its modules, ``tests/test_layers.py`` keeps the maps whole):
 
-- ``model``        the facts: levels, nodes, pods, groups, members, gangs.
-- ``topology``     the static tree, rebuilt once per node-set generation.
-- ``state``        cheap counters (free GPUs per node) and reservations; a live ``View``.
-- ``planner``      whole-gang placement against a view of the counters.
-- ``gangspec``     a gang's request from what its members and group declare, bounded.
-- ``lifecycle``    the gang phases as a (phase, event) table parsed from its drawing.
-- ``book``         the gang book: reserve / unreserve / permit -> Allow | Wait | Reject /
-                   bindings done / expire, over the state.
-- ``pods``         the index of pending, bound and filtered pods.
-- ``single``       filter and scores for pods of no gang.
-- ``preemption``   which of the scheduler's preemption candidates stand (pods of no gang).
-- ``eviction``     which domain a gang that cannot be placed clears, and whom it evicts.
-- ``verdicts``     results and every sentence an operator reads, built from numbers.
-- ``ports``        the Protocols the service needs (Binder, Observer, LabelScheme).
-- ``errors``       railyard's exception hierarchy.
+    model.py      the facts: levels, nodes, pods, groups, members, gangs; a pod as the API
+                  server's writes name it (PodRef).
+    errors.py     railyard's exception hierarchy.
+    cluster/      the cluster as railyard holds it: the static tree, the counters and
+                  reservations over it, the index of pods.
+    placement/    where a gang goes: eligibility, packing, the planner, slices, rails, and
+                  each member's address.
+    verdicts.py   results and every sentence an operator reads, built from numbers.
+    gangs/        a gang's life: its request, the lifecycle table, the gang book (reserve /
+                  unreserve / permit -> Allow | Wait | Reject), settling, the starvation
+                  bound, recovery of partly bound rounds, gang preemption.
+    devices/      GPUs as DRA devices and claims, counted once.
+    lone.py       pods of no gang: filter, scores, the veto on kube-scheduler's victims.
+    ports.py      the Protocols the service needs, in Kubernetes' words (Bindings, Evictions,
+                  Events, Claims; Observer, LabelScheme), and the bundle app.py wires.
 """

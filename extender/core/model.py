@@ -109,7 +109,7 @@ class NodeFacts:
     """Every other allocatable resource; one the node does not list is 0 (as kube-scheduler reads it)."""
     rails: tuple[tuple[str, int], ...] = ()
     """(rail, GPU devices on it not allocated to a claim), per rail the node's DRA GPU devices
-    name (``dra.rail_attribute``); empty when unknown (``core.rails``)."""
+    name (``dra.rail_attribute``); empty when unknown (``core.placement.rails``)."""
 
     def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
         """The node's value at each level, broadest first; None where the label is missing."""
@@ -207,7 +207,7 @@ PREEMPT_LOWER, PREEMPT_NEVER = "PreemptLowerPriority", "Never"
 class BindingMark:
     """A member of a Binding round, as railyard records it on the pod before any Binding of the
     round is created: what a restarted process or another replica needs to finish the round or
-    undo it (``core.recovery``)."""
+    undo it (``core.gangs.recovery``)."""
 
     round: str
     """Unique per round (a gang's Bindings that go out together)."""
@@ -234,7 +234,7 @@ class Place:
 
 @dataclass(frozen=True)
 class Address:
-    """Where a gang member sits in its plan (``core.address``)."""
+    """Where a gang member sits in its plan (``core.placement.address``)."""
 
     pod: str
     """``<namespace>/<name>``; ``<gang>#<n>`` for a member not created yet."""
@@ -245,7 +245,7 @@ class Address:
     domains: tuple[Place, ...]
     """Broadest first; a level whose label the node lacks is left out."""
     rails: tuple[str, ...] = ()
-    """The rails planned for the member's GPUs (``core.rails``); empty when not rail-aligned."""
+    """The rails planned for the member's GPUs (``core.placement.rails``); empty when not rail-aligned."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +262,26 @@ class PodClaim:
 
 
 @dataclass(frozen=True)
+class PodRef:
+    """A pod as the API server's writes name it: by namespace and name, and by uid, so that a
+    pod recreated under the same name is refused, not touched."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, key: str, uid: str) -> PodRef:
+        """From a pod key ``<namespace>/<name>``."""
+        namespace, _, name = key.partition("/")
+        return cls(namespace, name, uid)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """A pod, translated once where it enters (watch event, extender call, file)."""
 
@@ -273,7 +293,7 @@ class PodFacts:
     """``spec.nodeName``; empty while unbound."""
     phase: str = ""
     gpus: int = 0
-    """The effective GPU request, as Kubernetes computes it; once ``core.ledger`` sized the
+    """The effective GPU request, as Kubernetes computes it; once ``core.devices.ledger`` sized the
     pod, plus the GPUs its ResourceClaims ask for."""
     rank: tuple[int, ...] | None = None
     declarations: tuple[Declaration, ...] = ()
@@ -287,7 +307,7 @@ class PodFacts:
     key: str = field(init=False, repr=False)
     """``<namespace>/<name>``"""
     claims: tuple[PodClaim, ...] = ()
-    """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.ledger``."""
+    """The pod's ``spec.resourceClaims`` (DRA), sized by ``core.devices.ledger``."""
     priority: int = 0
     """``spec.priority``: the API server resolves ``priorityClassName`` into it at admission
     (0 when the pod names no class and the cluster has no global default)."""
@@ -296,6 +316,10 @@ class PodFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.namespace, self.name, self.uid)
 
     @property
     def finished(self) -> bool:
@@ -341,7 +365,7 @@ class Member:
 
 @dataclass(frozen=True)
 class GangSpec:
-    """What a gang asks for, built from its members and group (``core.gangspec``)."""
+    """What a gang asks for, built from its members and group (``core.gangs.gangspec``)."""
 
     key: str
     members: tuple[Member, ...]

@@ -1,33 +1,49 @@
-"""The ports: what the core and the service need from the world, as Protocols.
+"""The ports: what the core and the service need from the world, as Protocols, named in
+Kubernetes' own words (Bindings, evictions, Events, ResourceClaims).
 
-``app.py`` wires them: Binder -> ``adapters/k8s/binder.KubeBinder``, Observer ->
+``app.py`` wires them (``Ports``): Bindings, Evictions, Events and Claims ->
+``adapters/k8s/binder.KubeBinder`` (one client to the API server), Observer ->
 ``adapters/metrics.Metrics``, LabelScheme -> ``adapters/kubeobjects.SCHEME``. Defining an
 interface does no I/O; the implementations live in the adapters.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
 
-from extender.core.model import BindingMark, LevelChoice, NodeFacts, PodFacts
+from extender.core.model import BindingMark, LevelChoice, NodeFacts, PodFacts, PodRef
 
 
-class Binder(Protocol):
-    """Writes to the API server. Calls block; the service retries."""
+class Bindings(Protocol):
+    """Binding pods to nodes, each pod marked with its Binding round first. Calls block; the
+    service retries. Per pod, in order, None or the error (its message carries the API
+    server's words)."""
 
-    def bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> Sequence[Exception | None]:
-        """Create every (namespace, name, uid, node) Binding at once; per Binding None or the
-        error (its message carries the API server's words)."""
-    def mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> Sequence[Exception | None]:
-        """Record on every (namespace, name, uid) pod, if it still has that uid, the Binding round
-        it is about to be bound in; per pod None or the error."""
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Raises on failure."""
-    def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
-        """Evict honouring PodDisruptionBudgets: None when evicted (or gone), else why it was
-        refused (a budget allows no disruption now); raises on other failures."""
+    def bind_all(self, bindings: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
+        """Create the Binding of every (pod, node) at once."""
+    def mark_all(self, marks: Sequence[tuple[PodRef, BindingMark]]) -> Sequence[Exception | None]:
+        """Record on every pod, if it still has its uid, the Binding round it is about to be
+        bound in."""
+
+
+class Evictions(Protocol):
+    """Taking pods off their nodes. Calls block."""
+
+    def evict(self, pod: PodRef, dry_run: bool = False) -> str | None:
+        """Evict honouring PodDisruptionBudgets (the Eviction API): None when evicted (or gone),
+        else why it was refused (a budget allows no disruption now); raises on other failures."""
+    def delete_pod(self, pod: PodRef) -> None:
+        """Delete the pod if it still has its uid (a gang's bound members, so it restarts
+        whole). Raises on failure."""
+
+
+class Events(Protocol):
     def event(self, pod: PodFacts, reason: str, message: str, type_: str = "Warning") -> None:
-        """Never blocks; rate-limited by the implementation."""
+        """A Kubernetes Event on the pod. Never blocks; rate-limited by the implementation."""
+
+
+class Claims(Protocol):
     def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
         """Clear a ResourceClaim's allocation if it is still at ``resource_version``, as
         kube-scheduler's DRA PostFilter does. Never blocks."""
@@ -49,7 +65,9 @@ class NullObserver:
     """An Observer that records nothing."""
 
     def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
+        def ignore(*args: Any, **kwargs: Any) -> None:
+            return None
+        return ignore
 
 
 class LabelScheme(Protocol):
@@ -63,3 +81,15 @@ class LabelScheme(Protocol):
 
     def explicit(self, keys: Sequence[str]) -> LevelChoice:
         """Levels named by the user (``--levels``), broadest first."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Every port the live service uses, as ``app.py`` wires them."""
+
+    bindings: Bindings
+    evictions: Evictions
+    events: Events
+    claims: Claims
+    scheme: LabelScheme
+    observer: Observer = field(default_factory=NullObserver)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from extender.core.planner import NoPlacement, Placement
-from extender.core.slices import SliceRule
-from extender.core.topology import Topology, format_path
+from extender.core.placement.planner import NoPlacement, Placement
+from extender.core.placement.slices import SliceRule
+from extender.core.cluster.topology import Topology, format_path
 
 
 @dataclass(frozen=True)
@@ -48,16 +48,6 @@ def describe_demand(demand: tuple[int, ...]) -> str:
     return " + ".join(parts) or "0 pods"
 
 
-def level_word(topo: Topology, lvl: int) -> str:
-    """A short word for a level in sentences: its name, else the last part of its key."""
-    if lvl < 0:
-        return "cluster"
-    if lvl == topo.depth:
-        return "node"
-    level = topo.levels[lvl]
-    return level.name or level.key.rsplit("/", 1)[-1]
-
-
 def _nodes(n: int) -> str:
     return f"{n} node{'s' if n != 1 else ''}"
 
@@ -69,7 +59,7 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     if np.slices is not None:
         need += f" in {_slices(topo, np.slices, sum(1 for g in np.demand if g > 0))}"
     if np.within is not None and np.within.level >= 0:
-        need += (f" within {level_word(topo, np.within.level)} {format_path(np.within.path)}, "
+        need += (f" within {topo.level_word(np.within.level)} {format_path(np.within.path)}, "
                  f"where its running members are")
     elif np.bound_level >= 0:
         need += f"{', all' if np.slices else ''} within one {topo.level_key(np.bound_level)}"
@@ -90,7 +80,7 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
     if np.within is not None and np.within.level >= 0:
         where = "that domain"
     elif np.bound_level >= 0:
-        where = f"best {level_word(topo, np.bound_level)} {format_path(np.best.path)}"
+        where = f"best {topo.level_word(np.bound_level)} {format_path(np.best.path)}"
     else:
         where = "the cluster"
     text = f"{need}; {where} fits {np.fits}"
@@ -123,7 +113,7 @@ def explain_placement(topo: Topology, p: Placement) -> str:
     if p.slices is not None:
         text += f", in {_slices(topo, p.slices, sum(1 for s in p.slots if s.gpus > 0))}"
     if p.home is not None and p.home.level >= 0:
-        text += f"; kept beside its running members in {level_word(topo, p.home.level)} {format_path(p.home.path)}"
+        text += f"; kept beside its running members in {topo.level_word(p.home.level)} {format_path(p.home.path)}"
     if not p.preferred_met:
         text += "; preferred level not available, placed wider"
     return text
@@ -256,7 +246,7 @@ def never_filtered(member: str) -> str:
             f"spec.schedulerName and that the scheduler's extender config points at railyard)")
 
 
-# -- preemption (core.eviction, extender/preempting.py) -----------------------------------------
+# -- preemption (core.gangs.preemption, service/preemption.py) ------------------------------------
 
 
 def _pods(n: int) -> str:

@@ -2,14 +2,14 @@
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
 under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``; and, built only when asked
-for, ``tools/kueue`` for Kueue's manager and ``tools/jobset``, ``tools/lws``, ``tools/trainer``
-for the workload controllers of ``workloads.py``). ``tools/kube`` pins the default Kubernetes
-version; each further ``tools/kube-<minor>`` pins another one (``--kubernetes-version``), and a
-helper module whose go.mod has a ``toolchain`` line is built with that toolchain
-(``GOTOOLCHAIN``, fetched from the Go module proxy). ``go install pkg@version``
-cannot build kube-apiserver or etcd because their own go.mod files carry ``replace``
-directives; a helper module that requires them (and pins the Kubernetes staging modules to
-their published tags) can. See KUBE-FACTS.md section 3.
+for, ``tools/kueue`` for Kueue's manager, ``tools/jobset``, ``tools/lws`` and ``tools/trainer``
+for the workload controllers of ``workloads.py``, and ``tools/helm`` for the chart's tests).
+``tools/kube`` pins the default Kubernetes version; each further ``tools/kube-<minor>`` pins
+another one (``--kubernetes-version``), and a helper module whose go.mod has a ``toolchain`` line
+is built with that toolchain (``GOTOOLCHAIN``, fetched from the Go module proxy).
+``go install pkg@version`` cannot build kube-apiserver or etcd because their own go.mod files
+carry ``replace`` directives; a helper module that requires them (and pins the Kubernetes
+staging modules to their published tags) can. See KUBE-FACTS.md section 3.
 
 Binaries land in ``$RAILYARD_CACHE/<component>-<version>/`` (default
 ``~/.cache/railyard/bin``), outside the repository, and are reused when present. A cold build
@@ -75,9 +75,10 @@ class Component:
     answers_version: bool = True
     """The binaries print their version for ``--version``. Kueue's, JobSet's and Trainer's
     managers have no such flag: their build info (``go version -m``) is read instead."""
+    version_args: tuple[str, ...] = ("--version",)
+    """The arguments that make the binaries print their version (helm: ``version``)."""
     version_variable: str | None = None
-    """The Go string variable the project's own Makefile sets to the release tag with ``-X``
-    (it defaults to something like ``v0.0.0-main`` and is logged at start)."""
+    """The Go string variable the project's own Makefile sets to the release tag with ``-X``."""
 
     def version(self, tools_dir: Path = TOOLS_DIR) -> str:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
@@ -91,10 +92,11 @@ class Component:
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
-        Kubernetes' component-base defaults to ``v0.0.0-master``, and ``version_variable`` to
-        ``v0.0.0-main`` (Kueue, JobSet, LWS). etcd (``api/v3/version.Version``) and kwok
-        (``pkg/consts.Version``) carry their release in the source of the tagged module; Trainer
-        v2.3.0 has no version variable at all.
+        Kubernetes' component-base defaults to ``v0.0.0-master``; ``version_variable`` defaults
+        to ``v0.0.0-main`` (Kueue, JobSet, LWS: their Makefiles set it from the git tag, the
+        managers log it at start) or to the minor only (helm's ``internal/version.version``,
+        ``v4.3``). etcd (``api/v3/version.Version``) and kwok (``pkg/consts.Version``) carry their
+        release in the source of the tagged module; Trainer v2.3.0 has no version variable at all.
         """
         if self.version_variable:
             return [f"-X {self.version_variable}={version}"]
@@ -177,10 +179,22 @@ TRAINER = Component(
     packages={"trainer": "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
     answers_version=False,
 )
+#: Helm v4, for the chart's tests only (tests/manifests/test_chart.py, tests/e2e/test_helm.py).
+#: Helm 3 gets security fixes only, until 2027-02-10 (helm.sh blog "Helm 3 End of Life"); the
+#: chart is apiVersion v2, which both read.
+HELM = Component(
+    name="helm",
+    tool_dir="helm",
+    module="helm.sh/helm/v4",
+    packages={"helm": "helm.sh/helm/v4/cmd/helm"},
+    version_args=("version", "--short"),
+    version_variable="helm.sh/helm/v4/internal/version.version",
+)
 COMPONENTS = (ETCD, KWOK, KUBERNETES, KUBE_CONTROLLER_MANAGER)  # smallest first: early failures come early
-#: Built only when asked for (``cluster build --with-kueue``, ``--with-jobset``...): every
-#: cluster needs COMPONENTS, few need the others, and each cold build adds minutes.
-OPTIONAL_COMPONENTS = (KUEUE, JOBSET, LWS, TRAINER)
+#: Built only when asked for (``cluster build --with-kueue``, ``--with-jobset``...,
+#: ``--with-helm``): every cluster needs COMPONENTS, few need the others, only the chart's tests
+#: need helm, and each cold build adds minutes.
+OPTIONAL_COMPONENTS = (KUEUE, JOBSET, LWS, TRAINER, HELM)
 #: The workload controllers by name (``Binaries.workload_controllers``, ``workloads.py``).
 WORKLOAD_COMPONENTS = {c.name: c for c in (JOBSET, LWS, TRAINER)}
 
@@ -300,6 +314,11 @@ def ensure(
         kubernetes_version=kube.version(tools_dir),
         workload_controllers={n: dirs[n] / n for n in workload_controllers},
     )
+
+
+def ensure_helm(root: Path | None = None, tools_dir: Path = TOOLS_DIR, log: TextIO = sys.stderr) -> Path:
+    """The helm binary, from the cache or freshly built (``cluster build --with-helm``)."""
+    return ensure_component(HELM, root or cache_root(), tools_dir, log) / "helm"
 
 
 def ensure_component(component: Component, root: Path, tools_dir: Path, log: TextIO) -> Path:
@@ -437,7 +456,8 @@ def _check_versions(component: Component, version: str, directory: Path, go: str
             _check_build_info(component, version, directory / name, go)
             continue
         try:
-            result = subprocess.run([str(directory / name), "--version"], capture_output=True, text=True, timeout=60)
+            result = subprocess.run([str(directory / name), *component.version_args],
+                                    capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BuildError(f"{name} built from {component.module} {version} does not run: {exc}") from exc
         reported = (result.stdout + result.stderr).strip()

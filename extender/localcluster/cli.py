@@ -102,6 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--with-kueue", action="store_true",
                        help="also build Kueue's manager (tools/kueue; optional, only `up --with-kueue` runs it)")
     _kubernetes_version(build, "build this pinned Kubernetes version instead (repeatable)", repeat=True)
+    build.add_argument("--with-helm", action="store_true",
+                       help="also build helm (tools/helm; optional, for the chart's tests in tests/manifests and tests/e2e)")
     _with_controllers(build, "also build")
     build.set_defaults(func=run_build)
 
@@ -259,6 +261,8 @@ def run_build(args: argparse.Namespace) -> int:
         for version in args.kubernetes_versions or [None]:
             bins = binaries.ensure(with_kueue=args.with_kueue, kubernetes_version=version,
                                    workload_controllers=wanted)
+        if args.with_helm:
+            binaries.ensure_helm()
     except ClusterError as exc:
         return _fail(exc)
     for line in binaries.describe():

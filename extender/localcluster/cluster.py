@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 import yaml
 
@@ -245,7 +245,7 @@ def _start_all(
                 workdir, replica.extender_name,
                 config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
                                      settings_file=settings_file), env)
-            wait_healthy(workdir, extender, lambda p=p: http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
+            wait_healthy(workdir, extender, lambda: http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
     for replica in replicas:
         p = replica.ports
         _say(log, f"starting {replica.scheduler_name}" + (" (extender on)" if ext_url else " (no extender)")
@@ -256,7 +256,7 @@ def _start_all(
                                   leader_elect=ha) + kube_extra, env)
         wait_healthy(
             workdir, scheduler,
-            lambda p=p: http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
+            lambda: http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
 
     if controllers is not None:
         assert bins.kube_controller_manager is not None
@@ -417,7 +417,7 @@ def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
 
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
-                 replicas: list[config.Replica] = (), kubernetes: str = "",
+                 replicas: Sequence[config.Replica] = (), kubernetes: str = "",
                  controllers: dict[str, Any] | None = None,
                  workload_controllers: dict[str, dict[str, Any]] | None = None) -> None:
     state = {

@@ -28,7 +28,7 @@ from extender.localcluster.nodes import FILL_NAMESPACE, NodeSet
 DRIVER = "gpu.nvidia.com"
 EXTENDER_SETTINGS = {"dra.rail_attribute": "rail"}
 """railyard's settings on such a cluster (unless ``--extender-set`` says otherwise): it reads the
-``rail`` attribute, so gangs of partial-node members are planned rail-aligned (``core.rails``)."""
+``rail`` attribute, so gangs of partial-node members are planned rail-aligned (``core.placement.rails``)."""
 GPU = "nvidia.com/gpu"
 API = "/apis/resource.k8s.io/v1"
 DEVICE_CLASS: dict[str, Any] = {

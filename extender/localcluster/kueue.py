@@ -79,10 +79,11 @@ def effective_gates(requested: dict[str, bool] | None) -> dict[str, bool]:
 def gate_problems(requested: dict[str, bool] | None) -> list[str]:
     """Requested Kueue feature gates this cluster cannot run (checked before anything starts)."""
     problems = []
+    asked = requested or {}
     for name, forced in FORCED_GATES.items():
-        if name in (requested or {}) and requested[name] != forced:
+        if name in asked and asked[name] != forced:
             problems.append(
-                f"Kueue feature gate {name}={str(requested[name]).lower()} is not supported here: the "
+                f"Kueue feature gate {name}={str(asked[name]).lower()} is not supported here: the "
                 "visibility server reads its certificate from the fixed path /visibility (v0.17.0)")
     return problems
 

@@ -186,6 +186,7 @@ def issue_serving_cert(pki: Pki, cert_path: Path, key_path: Path, common_name: s
     cluster CA, so the same bundle serves every webhook this cluster calls.
     """
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # generate() made it
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]

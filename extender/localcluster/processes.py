@@ -95,7 +95,7 @@ def restart(workdir: Path, name: str, env: dict[str, str] | None = None) -> Runn
 
 def recorded(workdir: Path) -> list[Running]:
     """Every process with a pid file in ``workdir``, alive or not."""
-    result = []
+    result: list[Running] = []
     directory = pid_dir(workdir)
     if not directory.is_dir():
         return result

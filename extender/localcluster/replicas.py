@@ -118,7 +118,7 @@ def restart(workdir: Path, index: int, components: tuple[str, ...] = ("extender"
             proc = processes.restart(workdir, r[component], processes.clean_env())
         except FileNotFoundError as exc:
             raise ClusterError(str(exc)) from None
-        wait_healthy(workdir, proc, lambda u=url: http_ok(u + "/readyz", insecure=True), timeout)
+        wait_healthy(workdir, proc, lambda: http_ok(url + "/readyz", insecure=True), timeout)
         pids.append(proc.pid)
     return pids
 

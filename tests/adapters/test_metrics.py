@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,51 @@ def test_helpers():
     assert sample(m, "railyard_cache_objects", kind="pods") == 7
     with pytest.raises(ValueError, match="unknown gang outcome 'lost'"):
         m.gang_finished("lost")
+
+
+def test_what_a_long_run_samples_is_read_from_this_process_at_scrape():
+    """Real sockets and threads of the test process, counted through its own /proc."""
+    m = Metrics(CollectorRegistry())
+    held = {"gangs": 2, "pods_unshown": 7}
+    listener = socket.create_server(("127.0.0.1", 0))
+    other = socket.create_server(("127.0.0.1", 0))
+    m.sample(lambda: held, {"http": listener.getsockname()[1], "grpc": other.getsockname()[1]})
+    assert sample(m, "railyard_open_connections", server="http") == 0
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+    accepted = [listener.accept()[0] for _ in clients]
+    # Three accepted; the clients' own sockets (same process, ephemeral local ports) are not.
+    assert sample(m, "railyard_open_connections", server="http") == 3
+    assert sample(m, "railyard_open_connections", server="grpc") == 0
+    clients[0].close()  # the client hung up; railyard's socket is still open (CLOSE_WAIT)
+    assert sample(m, "railyard_open_connections", server="http") == 3
+    accepted[0].close()
+    assert sample(m, "railyard_open_connections", server="http") == 2
+    for s in (*clients, *accepted, listener, other):
+        s.close()
+
+    before = sample(m, "railyard_process_threads")
+    stop = threading.Event()
+    extra = [threading.Thread(target=stop.wait) for _ in range(4)]
+    for t in extra:
+        t.start()
+    assert sample(m, "railyard_process_threads") == before + 4
+    stop.set()
+    for t in extra:
+        t.join()
+
+    blocks = sample(m, "railyard_python_allocated_blocks")
+    kept = [object() for _ in range(100_000)]
+    assert sample(m, "railyard_python_allocated_blocks") >= blocks + 100_000
+    del kept
+
+    assert sample(m, "railyard_held_objects", kind="gangs") == 2
+    held["gangs"] = 0
+    assert sample(m, "railyard_held_objects", kind="gangs") == 0
+    assert sample(m, "railyard_held_objects", kind="pods_unshown") == 7
+
+
+def test_before_anything_is_wired_the_process_is_still_sampled():
+    m = Metrics(CollectorRegistry())
+    assert sample(m, "railyard_process_threads") >= 1
+    assert sample(m, "railyard_open_connections", server="http") is None
+    assert sample(m, "railyard_held_objects", kind="gangs") is None

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import kubernetes
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 GPU = "nvidia.com/gpu"
 SIM_RUNTIME = "railyard.io/sim-runtime"
@@ -66,12 +67,43 @@ def run_railyard(*args: str, check: bool = True, timeout: float = 3600) -> subpr
     return result
 
 
-def core_api(kubeconfig: Path) -> CoreV1Api:
-    """A CoreV1Api on the cluster's admin kubeconfig."""
+def api_client(kubeconfig: Path) -> kubernetes.client.ApiClient:
+    """A client on ``kubeconfig`` (the cluster's admin one, or another identity's)."""
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     configuration.connection_pool_maxsize = 16
-    return CoreV1Api(kubernetes.client.ApiClient(configuration))
+    return kubernetes.client.ApiClient(configuration)
+
+
+#: A schema-less stand-in for the Prometheus Operator's CRD, for the ServiceMonitor variants.
+SERVICEMONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor"},
+        "scope": "Namespaced",
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+def create_servicemonitor_crd(client: kubernetes.client.ApiClient) -> DynamicClient:
+    """Create SERVICEMONITOR_CRD, wait until it is Established; a dynamic client that knows it."""
+    dynamic = DynamicClient(client)
+    crds = dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    dynamic.create(crds, body=SERVICEMONITOR_CRD)
+    wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in
+                         (dynamic.get(crds, name=SERVICEMONITOR_CRD["metadata"]["name"]).to_dict()
+                          .get("status", {}).get("conditions") or [])), 30, "the ServiceMonitor CRD")
+    return DynamicClient(client)  # fresh discovery, now with ServiceMonitor
+
+
+def core_api(kubeconfig: Path) -> CoreV1Api:
+    """A CoreV1Api on the cluster's admin kubeconfig."""
+    return CoreV1Api(api_client(kubeconfig))
 
 
 def gpu_node(name: str, gpus: int = 8, labels: dict[str, str] | None = None,

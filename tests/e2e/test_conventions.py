@@ -11,7 +11,7 @@ candidate placement, calling railyard's filter per pod per placement).
 Volcano's and KAI's PodGroups are CustomResourceDefinitions written here, schema-less: the CRDs
 are installed after railyard started, which is how the test of "a CRD installed later is picked
 up" comes for free. The PodGroups and pods follow the projects' documented shapes
-(tests/adapters/test_conventions.py cites them).
+(tests/adapters/kubeobjects/test_conventions.py cites them).
 """
 
 from __future__ import annotations

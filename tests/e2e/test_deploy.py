@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import ssl
@@ -32,9 +31,10 @@ from kubernetes.dynamic import DynamicClient
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.localcluster import pki, processes
-from tests.manifests.render import MANIFESTS, kustomize_command, render
+from tests.manifests.render import MANIFESTS, kustomize_command, render, servicemonitor_kustomization
 
-from .helpers import create_pods, delete_pods, gang_pods, namespace, run_railyard, wait_for, wait_for_phase
+from .helpers import (api_client, create_pods, create_servicemonitor_crd, delete_pods, gang_pods, namespace,
+                      run_railyard, wait_for, wait_for_phase)
 
 pytestmark = pytest.mark.e2e
 
@@ -54,26 +54,6 @@ def state(cluster) -> dict[str, Any]:
     return json.loads((cluster.workdir / "cluster.json").read_text())
 
 
-def api_client(kubeconfig: Path) -> kubernetes.client.ApiClient:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
-
-
-SERVICEMONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor"},
-        "scope": "Namespaced",
-        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
-    },
-}
-
-
 def dry_run_apply(dynamic: DynamicClient, objects: list[dict[str, Any]]) -> None:
     """Server-side apply with dryRun=All, as ``kubectl apply --server-side --dry-run=server``."""
     for obj in objects:
@@ -89,20 +69,10 @@ def dry_run_apply(dynamic: DynamicClient, objects: list[dict[str, Any]]) -> None
 
 def test_every_kustomization_passes_server_side_dry_run(cluster, tmp_path):
     client = api_client(cluster.kubeconfig)
-    # The ServiceMonitor component needs the Prometheus Operator's CRD: a schema-less stand-in.
-    dynamic = DynamicClient(client)
-    crds = dynamic.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    dynamic.create(crds, body=SERVICEMONITOR_CRD)
-    wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in
-                         (dynamic.get(crds, name=SERVICEMONITOR_CRD["metadata"]["name"]).to_dict()
-                          .get("status", {}).get("conditions") or [])), 30, "the ServiceMonitor CRD")
-    dynamic = DynamicClient(client)  # fresh discovery, now with ServiceMonitor
+    dynamic = create_servicemonitor_crd(client)
     with_monitor = tmp_path / "with-servicemonitor"
     with_monitor.mkdir()
-    (with_monitor / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(MANIFESTS / "base", with_monitor)],
-        "components": [os.path.relpath(MANIFESTS / "components" / "servicemonitor", with_monitor)]}))
+    (with_monitor / "kustomization.yaml").write_text(servicemonitor_kustomization(with_monitor))
     for directory in (MANIFESTS / "base", MANIFESTS / "overlays" / "https",
                       MANIFESTS / "overlays" / "main-scheduler", with_monitor):
         objects = render(directory)

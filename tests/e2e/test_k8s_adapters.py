@@ -14,7 +14,7 @@ from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import WatchCache
 from extender.adapters.metrics import Metrics
-from extender.core.model import NodeFacts, PodFacts
+from extender.core.model import NodeFacts, PodFacts, PodRef
 from tests.topologies import TRANSLATE
 
 from .helpers import CORDONED, SCHEDULABLE, TAINTED, delete_pods, gpu_pod, namespace, unique, wait_for
@@ -102,13 +102,13 @@ def test_bind_event_delete_seen_by_the_watch(gpu_cluster, api, watched):
         wait_for(lambda: uid in sink.pods, 10, "the new pod in the cache")
 
         with pytest.raises(errors.Conflict, match=f"binding pod {ns}/{name} to {SCHEDULABLE[0]} failed"):
-            binder.bind(ns, name, "not-" + uid, SCHEDULABLE[0])  # the UID precondition holds
-        binder.bind(ns, name, uid, SCHEDULABLE[0])
+            binder.bind(PodRef(ns, name, "not-" + uid), SCHEDULABLE[0])  # the UID precondition holds
+        binder.bind(PodRef(ns, name, uid), SCHEDULABLE[0])
         wait_for(lambda: getattr(sink.pods.get(uid), "node", None) == SCHEDULABLE[0], 10,
                  "the binding in the cache")
         with pytest.raises(errors.Conflict, match="already"):
-            binder.bind(ns, name, uid, SCHEDULABLE[1])
-        binder.bind(ns, name, uid, SCHEDULABLE[0])  # already there: a retry after a lost reply succeeds
+            binder.bind(PodRef(ns, name, uid), SCHEDULABLE[1])
+        binder.bind(PodRef(ns, name, uid), SCHEDULABLE[0])  # already there: a retry after a lost reply succeeds
 
         binder.event(sink.pods[uid], "GangWaiting", "gang ml/x waits at bind: 1 of 2 members")
 
@@ -117,9 +117,9 @@ def test_bind_event_delete_seen_by_the_watch(gpu_cluster, api, watched):
         (event,) = wait_for(event_sent, 10, "the event")
         assert (event.involved_object.uid, event.type, event.source.component) == (uid, "Warning", "railyard")
 
-        binder.delete_pod(ns, name, uid)
+        binder.delete_pod(PodRef(ns, name, uid))
         wait_for(lambda: any(p.uid == uid for p in sink.deleted), 30, "the delete in the cache")
-        binder.delete_pod(ns, name, uid)  # gone already: not an error
+        binder.delete_pod(PodRef(ns, name, uid))  # gone already: not an error
     finally:
         binder.close()
         delete_pods(core, ns)
@@ -133,7 +133,7 @@ def test_finished_pods_leave_the_cache(gpu_cluster, api, watched):
     try:
         name = unique("short")
         uid = core.create_namespaced_pod(ns, gpu_pod(name, 1, scheduler_name="nobody", sim_runtime="1s")).metadata.uid
-        binder.bind(ns, name, uid, SCHEDULABLE[1])
+        binder.bind(PodRef(ns, name, uid), SCHEDULABLE[1])
         # kwok runs it, then it Succeeds: the field selector turns that into a delete.
         wait_for(lambda: any(p.uid == uid for p in sink.deleted), 60, "the finished pod to leave")
         (gone,) = [p for p in sink.deleted if p.uid == uid]

@@ -23,8 +23,9 @@ from extender.adapters.http.server import ExtenderServer
 from extender.adapters.kubeobjects import SCHEME
 from extender.adapters.metrics import Metrics
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
-from extender.core.model import PodFacts
-from extender.core.pods import SEEN_TTL_SECONDS
+from extender.core.model import PodFacts, PodRef
+from extender.core.ports import Ports
+from extender.core.cluster.pods import SEEN_TTL_SECONDS
 from extender.service import TopologyExtender
 from extender.settings import ServerSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang
@@ -46,8 +47,8 @@ class MemoryBinder:
         self.on_bound: Callable[[str, str], None] = lambda key, node: None
         """What the watch does next: show the pod bound."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        key = f"{namespace}/{name}"
+    def bind(self, pod: PodRef, node: str) -> None:
+        key, name = pod.key, pod.name
         if key not in self.existing:
             raise RuntimeError(f'pods "{name[:40]}" not found')
         with self.lock:
@@ -57,9 +58,9 @@ class MemoryBinder:
             self.bound.append((key, node))
         self.on_bound(key, node)
 
-    def mark(self, namespace: str, name: str, uid: str, mark: object) -> None:
-        if f"{namespace}/{name}" not in self.existing:
-            raise RuntimeError(f'pods "{name[:40]}" not found')
+    def mark(self, pod: PodRef, mark: object) -> None:
+        if pod.key not in self.existing:
+            raise RuntimeError(f'pods "{pod.name[:40]}" not found')
 
     def bind_all(self, bindings):
         return [_outcome(self.bind, *b) for b in bindings]
@@ -67,9 +68,9 @@ class MemoryBinder:
     def mark_all(self, marks):
         return [_outcome(self.mark, *m) for m in marks]
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    def delete_pod(self, pod: PodRef) -> None:
         with self.lock:
-            self.deleted.append(f"{namespace}/{name}")
+            self.deleted.append(pod.key)
 
     def deallocate_claim(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
         pass
@@ -101,8 +102,8 @@ class Live:
     def __init__(self, drawing: str = TWO_RACKS, grpc_server: bool = False, **server: Any) -> None:
         self.binder, self.clock = MemoryBinder(), Clock()
         self.metrics = Metrics(CollectorRegistry())
-        self.ext = TopologyExtender(Settings(), self.binder, SCHEME, self.metrics, clock=self.clock,
-                                    sleep=lambda s: None)
+        ports = Ports(self.binder, self.binder, self.binder, self.binder, SCHEME, self.metrics)
+        self.ext = TopologyExtender(Settings(), ports, clock=self.clock, sleep=lambda s: None)
         spec = topotext.load(drawing)
         self.ext.relisted("nodes", [TRANSLATE.node(n) for n in spec.nodes])
         self.ext.relisted("pods", [TRANSLATE.pod(p) for p in spec.filler_pods()])
@@ -155,13 +156,11 @@ class Live:
 
     # -- what the fuzz left behind ---------------------------------------------------------------
     def held_state(self) -> dict[str, int]:
-        """Sizes of everything the service keeps per pod or gang."""
-        pods = self.ext.pods
-        return {"pending": len(pods), "seen": len(pods._seen), "unshown": pods.unshown()[0],
-                "gangs": len(self.ext.book.records()), "reservations": len(self.ext.state.reservations())}
+        """Sizes of everything the service keeps per pod or gang (``railyard_held_objects``)."""
+        return self.ext.held()
 
     def _watch_shows_bound(self, key: str, node: str) -> None:
-        pod = self.ext.pods.seen_pod(key) or self.ext.pods.pending_pod(key)
+        pod = self.ext.ctx.pods.seen_pod(key) or self.ext.ctx.pods.pending_pod(key)
         if pod is not None:
             self.shown_bound[key] = replace(pod, node=node, phase="Running")
             self.ext.pod_upserted(self.shown_bound[key])
@@ -190,7 +189,7 @@ class Live:
             assert status == 200 and reply["Error"] == "", reply
             plan[p["metadata"]["name"]] = reply["NodeNames"]
         assert plan == {f"{name}-0": ["h1"], f"{name}-1": ["h2"]}, (
-            plan, {n: self.ext.state.free(n) for n in NODES}, self.ext.state.reservations(), self.held_state(),
+            plan, {n: self.ext.ctx.state.free(n) for n in NODES}, self.ext.ctx.state.reservations(), self.held_state(),
             [(p.key, p.node) for p in self.shown_bound.values()], self.ext.debug_gangs())
         results: dict[str, Any] = {}
 

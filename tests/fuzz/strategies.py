@@ -5,7 +5,8 @@ fuzzers.
 
 The values are the ones issue 11 found (``"1000000000000"`` min-member, 24- and 5,000-digit
 numbers, ``"²"``, ``"abc"``, ``"1e9"``, ``"500m"``, ``1.5``, ``-8``, ``2**64``, negative overhead,
-1 MB names) plus whatever Hypothesis draws around them.
+1 MB names) plus whatever Hypothesis draws around them, in every container kind (app, init,
+sidecar) and the overhead alike.
 """
 
 from __future__ import annotations
@@ -52,6 +53,27 @@ def annotation_value() -> st.SearchStrategy[Any]:
                      st.sampled_from(ABSURD_JSON))
 
 
+RESOURCES = [GPU, "cpu", "memory", "pods", "example.com/x", "hugepages-2Mi"]
+"""Names a container may request: integer resources (GPU, pods, an extended one) and others."""
+FRACTIONS = ["500m", "0.5", "1.5", 1.5, "250m", "0.1n", "8500m"]
+"""Fractions of a unit: cpu and memory may be, an integer resource may not."""
+
+
+def resource_list() -> st.SearchStrategy[dict[str, Any]]:
+    return st.dictionaries(st.sampled_from(RESOURCES), quantity(), max_size=3)
+
+
+@st.composite
+def container(draw: st.DrawFn, init: bool = False) -> dict[str, Any]:
+    """An app container, or an init container (a sidecar when its restartPolicy is Always)."""
+    c: dict[str, Any] = {"name": draw(st.text(max_size=10)),
+                         "resources": {part: draw(resource_list())
+                                       for part in draw(st.sets(st.sampled_from(["requests", "limits"])))}}
+    if init:
+        c["restartPolicy"] = draw(st.sampled_from(["Always", "", None]))
+    return c
+
+
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
 json_value = st.recursive(json_leaf, lambda inner: st.one_of(
@@ -74,17 +96,24 @@ def pod(draw: st.DrawFn, real_nodes: list[str], namespace: str = "fuzz") -> dict
                 "batch.kubernetes.io/job-completion-index"):
         if draw(st.integers(0, 3)) == 0:
             annotations[key] = draw(annotation_value())
-    resources: dict[str, Any] = {}
-    for part in draw(st.sets(st.sampled_from(["requests", "limits"]))):
-        resources[part] = draw(st.dictionaries(
-            st.sampled_from([GPU, "cpu", "memory", "pods", "example.com/x", "hugepages-2Mi"]), quantity(), max_size=3))
-    container: dict[str, Any] = {"name": draw(st.text(max_size=10)), "resources": resources}
-    spec: dict[str, Any] = {"containers": [container] * draw(st.integers(1, 3))}
+    # Every container kind (app, init, sidecar) and the overhead draw from the same quantities:
+    # one rule must hold wherever an odd value sits (issue 25 item 4).
+    spec: dict[str, Any] = {"containers": draw(st.lists(container(), min_size=1, max_size=3))}
+    if draw(st.integers(0, 2)) == 0:
+        spec["initContainers"] = draw(st.lists(container(init=True), min_size=1, max_size=2))
     if draw(st.integers(0, 3)) == 0:
-        spec["initContainers"] = [{"name": "init", "restartPolicy": draw(st.sampled_from(["Always", "", None])),
-                                   "resources": {"requests": {GPU: draw(quantity())}}}]
-    if draw(st.integers(0, 3)) == 0:
-        spec["overhead"] = {GPU: draw(quantity()), "cpu": draw(quantity())}
+        spec["overhead"] = draw(resource_list())
+    if draw(st.integers(0, 3)) == 0:  # a fraction the API server refuses, in one kind of container
+        kind = draw(st.sampled_from(["containers", "init", "sidecar", "overhead"]))
+        odd = {draw(st.sampled_from([GPU, "example.com/x", "pods"])): draw(st.sampled_from(FRACTIONS))}
+        if kind == "overhead":
+            spec["overhead"] = odd
+        else:
+            c = {"name": kind, "resources": {draw(st.sampled_from(["requests", "limits"])): odd}}
+            if kind != "containers":
+                c["restartPolicy"] = "Always" if kind == "sidecar" else None
+            field = "containers" if kind == "containers" else "initContainers"
+            spec[field] = [*spec.get(field, []), c]
     if draw(st.integers(0, 3)) == 0:
         spec["nodeSelector"] = draw(st.dictionaries(st.text(max_size=8), json_value, max_size=3))
     if draw(st.integers(0, 4)) == 0:

@@ -21,7 +21,7 @@ from extender.adapters.grpc.errors import MAX_DETAILS_BYTES
 from extender.api.v1 import extender_pb2 as pb
 from tests.fuzz import strategies as fz
 from tests.fuzz.live import Live, LogWatch
-from tests.grpc.test_hostile_requests import METHODS
+from tests.adapters.grpc.test_hostile_requests import METHODS
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

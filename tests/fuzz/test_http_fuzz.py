@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from extender.adapters.quantity import QuantityError, json_quantity
 from tests.fuzz import strategies as fz
 from tests.fuzz.live import Live, LogWatch, rss_bytes
 from tests.topologies import TRANSLATE
@@ -32,7 +33,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, databas
 @pytest.fixture(scope="module")
 def live():
     live = Live()
-    live.ext.pods.max_unshown, live.ext.pods.max_unshown_bytes = 200, 8 << 20  # reached within the run
+    live.ext.ctx.pods.max_unshown, live.ext.ctx.pods.max_unshown_bytes = 200, 8 << 20  # reached within the run
     with LogWatch() as watch:
         live.watch = watch
         live.held = 0
@@ -66,8 +67,36 @@ def record(live: Live, verb: str, value: object, got: tuple[int, bytes] | None) 
     if verb == "filter" and got is not None and got[0] == 200 and reply["NodeNames"]:
         meta = value["Pod"]["metadata"]
         ns = meta.get("namespace") or "default"
-        if live.ext.pods.seen_pod(f"{ns}/{meta['name']}"):
+        if live.ext.ctx.pods.seen_pod(f"{ns}/{meta['name']}"):
             live.steered.append((ns, meta["name"], meta.get("uid") or "x", reply["NodeNames"][0]))
+
+
+def refused_quantity(pod: Any) -> str | None:
+    """The first request, limit or overhead value the API server would refuse, in any container
+    kind, or None; written apart from railyard's translator. The API server
+    (ValidateResourceQuantityValue, pkg/apis/core/validation) refuses a negative value, and a
+    fraction of an integer resource: pods, and an extended resource (a name with a domain other
+    than kubernetes.io). Only the shapes railyard reads are walked (dicts in lists)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    lists = [(where, spec.get(where)) for where in ("containers", "initContainers")]
+    stated = [("overhead", spec.get("overhead"))]
+    for where, items in lists:
+        for c in items if isinstance(items, list) else []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            if isinstance(res, dict):
+                stated += [(f"{where} {part}", res.get(part)) for part in ("requests", "limits")]
+    for where, values in stated:
+        for name, raw in values.items() if isinstance(values, dict) else []:
+            try:
+                q = json_quantity(raw)
+            except QuantityError:
+                return f"{where} {name}: {raw!r:.40}"
+            integer = name == "pods" or ("/" in name and "kubernetes.io/" not in name)
+            if q < 0 or (integer and q.denominator != 1):
+                return f"{where} {name}: {raw!r:.40}"
+    return None
 
 
 def check_answer(verb: str, value: Any, got: tuple[int, bytes] | None) -> None:
@@ -84,8 +113,11 @@ def check_answer(verb: str, value: Any, got: tuple[int, bytes] | None) -> None:
     if verb == "filter" and status == 200 and not reply["Error"] and isinstance(names, list):
         assert set(reply["NodeNames"]) <= set(names)
         assert set(reply["FailedNodes"]) | set(reply["FailedAndUnresolvableNodes"]) <= set(names)
-        if TRANSLATE.pod(value["Pod"]).problems:  # a value it cannot read: nowhere, and nothing to preempt
-            assert reply["NodeNames"] == [] and set(reply["FailedAndUnresolvableNodes"]) == set(names), reply
+        # A value it cannot read, or one the API server would refuse wherever it sits: nowhere,
+        # and nothing to preempt.
+        refused = refused_quantity(value["Pod"])
+        if TRANSLATE.pod(value["Pod"]).problems or refused:
+            assert reply["NodeNames"] == [] and set(reply["FailedAndUnresolvableNodes"]) == set(names), (refused, reply)
     if verb == "prioritize" and status == 200 and isinstance(reply, list):
         assert all(0 <= h["Score"] <= 10 for h in reply), reply[:5]
     if status == 400 and verb in ("prioritize", "preempt"):
@@ -138,7 +170,7 @@ def test_zzz_after_the_fuzz(live):
     # Refused calls are logged at most once per 10 s per verb and outcome.
     assert len(live.watch.warnings()) <= 20
     held = live.held_state()
-    assert held["unshown"] <= 201 and held["pending"] <= 201 + 10, held
+    assert held["pods_unshown"] <= 201 and held["pods_pending"] <= 201 + 10, held
     assert live.rss_before and rss_bytes() - live.rss_before < 200 << 20
     live.forget_the_fuzz()
     deadline = time.monotonic() + 30  # held binds see their gang forgotten, then answer
@@ -148,7 +180,9 @@ def test_zzz_after_the_fuzz(live):
         time.sleep(0.1)
     live.clock.now += 61  # and the gang book's next collection
     live.ext.explain("fuzz/tick")
-    assert live.held_state() == {"pending": 0, "seen": 0, "unshown": 0, "gangs": 0, "reservations": 0}, (
-        live.ext.debug_gangs(), live.ext.state.reservations())
+    # Running: the drawing's two filler pods (h4, h6).
+    assert live.held_state() == {"gangs": 0, "reservations": 0, "pods_pending": 0, "pods_bound": 0,
+                                 "pods_running": 2, "pods_seen": 0, "pods_unshown": 0}, (
+        live.ext.debug_gangs(), live.ext.ctx.state.reservations())
     live.assert_a_real_gang_binds_whole()
     assert live.watch.problems() == []

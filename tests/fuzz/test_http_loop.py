@@ -39,7 +39,7 @@ def test_healthz_and_readyz_answer_while_a_filter_waits_for_the_service_lock(big
     # The lock held here stands for any long call under it: a relist, a large PlanGang.
     body = {"Pod": pod("solo", 8, ns="loop"), "NodeNames": big.node_names[:500]}
     replies = []
-    with big.ext._cond:
+    with big.ext.ctx.cond:
         t = threading.Thread(target=lambda: replies.append(big.post("filter", body)))
         t.start()
         time.sleep(0.2)  # the filter is waiting on the lock now
@@ -103,7 +103,7 @@ def test_verbs_and_healthz_answer_while_a_bind_is_held():
             "PodName": "held-0", "PodNamespace": "loop", "PodUID": "uid-loop-held-0", "Node": node})))
         t.start()
         deadline = time.monotonic() + 10
-        while not live.ext.debug_gangs()[0]["phase"].startswith("waiting"):
+        while not live.ext.debug_gangs()[0].phase.startswith("waiting"):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert live.healthz_seconds() < PATIENCE

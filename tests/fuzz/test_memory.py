@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 
-from extender.core.pods import MAX_UNSHOWN_BYTES
+from extender.core.cluster.pods import MAX_UNSHOWN_BYTES
 from tests.fuzz.live import Live, rss_bytes
 from tests.topologies import pod
 
@@ -36,14 +36,14 @@ def test_pods_that_never_existed_cost_at_most_the_bound():
             assert status == 200
         gc.collect()
         grown = rss_bytes() - before
-        count, size = live.ext.pods.unshown()
+        count, size = live.ext.ctx.pods.unshown()
         # The bound is applied as each call starts: the pod of the last call comes on top.
         assert size <= MAX_UNSHOWN_BYTES + 2 * KEPT and count < CALLS / 2, (count, size)
-        assert live.ext.pods.forgotten >= CALLS - count
+        assert live.ext.ctx.pods.forgotten >= CALLS - count
         assert CALLS * KEPT > 140 << 20  # what keeping them all would cost
         assert grown < 96 << 20, f"RSS grew {grown >> 20} MiB"
         live.forget_the_fuzz()
-        assert live.held_state()["unshown"] == 0
+        assert live.held_state()["pods_unshown"] == 0
         live.assert_a_real_gang_binds_whole()
     finally:
         live.close()

@@ -190,3 +190,34 @@ def test_a_missing_go_sum_entry_names_the_package_not_go_s_hint(tmp_path):
     message = binaries._explain("kubernetes v1.38.0-beta.0 (kube-apiserver)", output, tmp_path / "log")
     assert "providing package k8s.io/apiextensions-api/x" in message and "go get" not in message
     assert "the helper module's go.sum lacks that module" in message
+
+
+def test_helm_is_pinned_in_its_helper_module_and_built_only_when_asked():
+    assert binaries.HELM.version() == "v4.3.2"
+    assert binaries.HELM not in binaries.COMPONENTS and binaries.HELM in binaries.OPTIONAL_COMPONENTS
+    # Without it, helm reports only the minor its source carries ("v4.3").
+    assert binaries.HELM.ldflags("v4.3.2") == ["-X helm.sh/helm/v4/internal/version.version=v4.3.2"]
+    argv = binaries.build_command("go", binaries.HELM, "v4.3.2", binaries.cache_root())
+    assert argv[-1] == "helm.sh/helm/v4/cmd/helm" and argv[argv.index("-o") + 1].endswith("/helm")
+
+
+def test_helm_is_asked_for_its_version_as_helm_answers(tmp_path):
+    """helm has no --version flag: `helm version --short` prints v4.3.2."""
+    fake = tmp_path / "helm"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "version --short" ] && echo v4.3.2 && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    binaries._check_versions(binaries.HELM, "v4.3.2", tmp_path)
+    with pytest.raises(binaries.BuildError, match="reports 'v4.3.2'"):
+        binaries._check_versions(binaries.HELM, "v4.3.3", tmp_path)
+
+
+def test_cached_helm_is_reused_without_go_and_described(tmp_path, monkeypatch):
+    (line,) = [line for line in binaries.describe(tmp_path) if line.startswith("helm")]
+    assert "helm v4.3.2: not built yet (optional: --with-helm)" in line
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    directory = binaries.cached_dir(binaries.HELM, tmp_path)
+    directory.mkdir(parents=True)
+    (directory / "helm").write_text("#!/bin/sh\n")
+    (directory / "helm").chmod(0o755)
+    assert binaries.ensure_helm(root=tmp_path) == directory / "helm"
+    assert any(line.startswith("helm v4.3.2: cached") for line in binaries.describe(tmp_path))

@@ -1,17 +1,16 @@
-"""manifests/ rendered with kustomize: what ships is least-privilege, non-root, and carries the
-reference scheduler configuration railyard itself accepts. The real API server and
-kube-scheduler check them too (tests/e2e/test_deploy.py)."""
+"""manifests/ rendered with kustomize, and charts/railyard rendered with helm: what ships is
+least-privilege, non-root, and carries the reference scheduler configuration railyard itself
+accepts. Tests taking ``base`` run on both renderings of the default install; the least-privilege
+rules run on both renderings of every variant (``rendered``). The real API server and
+kube-scheduler check them too (tests/e2e/test_deploy.py, tests/e2e/test_helm.py)."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 import yaml
 
 from extender import app
-from tests.manifests.render import MANIFESTS, find, kustomize_command, render
+from tests.manifests.render import MANIFESTS, VARIANTS, find, helm_variant, kustomize_command, kustomize_variant, render
 
 pytestmark = pytest.mark.skipif(kustomize_command() is None, reason="no kustomize: needs kubectl, kustomize or Go")
 
@@ -19,9 +18,26 @@ NAMESPACED = {"ServiceAccount", "Secret", "ConfigMap", "Deployment", "Service", 
               "Role", "RoleBinding", "ServiceMonitor"}
 
 
+RENDERERS = {"kustomize": kustomize_variant, "helm": helm_variant}
+
+
+@pytest.fixture(scope="module", params=RENDERERS)
+def base(request) -> list[dict]:
+    """The default install, as kustomize renders manifests/base and helm the chart's defaults."""
+    return RENDERERS[request.param]("base")
+
+
 @pytest.fixture(scope="module")
-def base() -> list[dict]:
-    return render(MANIFESTS / "base")
+def kustomize_base() -> list[dict]:
+    return kustomize_variant("base")
+
+
+@pytest.fixture(params=[(tool, variant) for tool in RENDERERS for variant in VARIANTS],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def rendered(request) -> list[dict]:
+    """Every install variant, both ways."""
+    tool, variant = request.param
+    return RENDERERS[tool](variant)
 
 
 def scheduler_config(objects: list[dict]) -> dict:
@@ -69,8 +85,8 @@ def test_railyard_accepts_its_settings_and_the_scheduler_config_together(base, t
     assert timeout > settings.gangs.default_timeout_seconds + 60
 
 
-def test_the_extender_role_is_exactly_what_railyard_uses(base):
-    role = find(base, "ClusterRole", "railyard-extender")
+def test_the_extender_role_is_exactly_what_railyard_uses(rendered):
+    role = find(rendered, "ClusterRole", "railyard-extender")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert granted == {
@@ -90,24 +106,32 @@ def test_the_extender_role_is_exactly_what_railyard_uses(base):
         ("resource.k8s.io", "resourceclaims/status", "patch"),  # deallocating a leftover of a failed bind
         ("resource.k8s.io", "resourceclaims/binding", "patch"),  # what changing status.allocation needs
     }
-    binding = find(base, "ClusterRoleBinding", "railyard-extender")
+    binding = find(rendered, "ClusterRoleBinding", "railyard-extender")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]
 
 
-def test_no_wildcards_no_secrets_no_cluster_admin(base):
-    for obj in base:
+def test_no_wildcards_no_secrets_no_cluster_admin(rendered):
+    for obj in rendered:
         for rule in obj.get("rules", []):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], obj["metadata"]["name"]
             assert "secrets" not in rule["resources"], obj["metadata"]["name"]
         if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             assert obj["roleRef"]["name"] != "cluster-admin"
-    scheduler_roles = {b["roleRef"]["name"] for b in base if b["kind"].endswith("Binding")
-                       and b["subjects"][0]["name"] == "railyard-scheduler"}
-    assert scheduler_roles == {"system:kube-scheduler", "system:volume-scheduler",
-                               "extension-apiserver-authentication-reader", "railyard-scheduler-leader-election"}
+    bindings = [b for b in rendered if b["kind"].endswith("Binding")]
+    assert all(len(b["subjects"]) == 1 for b in bindings)
+    scheduler_roles = {b["roleRef"]["name"] for b in bindings if b["subjects"][0]["name"] == "railyard-scheduler"}
+    second_scheduler = any(o["kind"] == "Deployment" for o in rendered)
+    assert scheduler_roles == ({"system:kube-scheduler", "system:volume-scheduler",
+                                "extension-apiserver-authentication-reader", "railyard-scheduler-leader-election"}
+                               if second_scheduler else set())
 
 
-def test_the_deployment_runs_non_root_read_only_with_two_identities(base):
+def test_the_deployment_runs_non_root_read_only_with_two_identities(rendered):
+    if not any(o["kind"] == "Deployment" for o in rendered):
+        assert {o["kind"] for o in rendered} <= {"Namespace", "ServiceAccount", "Secret", "ClusterRole",
+                                                 "ClusterRoleBinding"}  # main-scheduler: the identity only
+        return
+    base = rendered
     deploy = find(base, "Deployment", "railyard-scheduler")
     pod = deploy["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "railyard-scheduler"
@@ -193,19 +217,17 @@ def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_ma
     assert snippet["percentageOfNodesToScore"] == 100
 
 
-def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path, base):
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(MANIFESTS / "base", tmp_path)],
-        "components": [os.path.relpath(MANIFESTS / "components" / "servicemonitor", tmp_path)]}))
-    objs = render(tmp_path)
+@pytest.mark.parametrize("tool", RENDERERS)
+def test_servicemonitor_selects_the_metrics_service(tool):
+    objs = RENDERERS[tool]("servicemonitor")
     monitor = find(objs, "ServiceMonitor", "railyard")
-    service = find(base, "Service", "railyard-metrics")
+    service = find(objs, "Service", "railyard-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
 
 
-def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(base):
+def test_kueue_overlay_is_the_base_with_kube_schedulers_preemption_off_for_railyard(kustomize_base):
+    base = kustomize_base
     kueue = render(MANIFESTS / "overlays" / "kueue")
     cfg = scheduler_config(kueue)
     reference = scheduler_config(base)

@@ -5,6 +5,8 @@ an in-memory Binder."""
 from __future__ import annotations
 
 from extender.adapters.kubeobjects import binding_annotations
+from extender.core.model import Place
+from extender.service.answers import Slices
 from tests.service.test_live import bind_async, create, extender, wait_until
 from tests.topologies import gang
 
@@ -78,7 +80,7 @@ def test_a_member_created_after_planning_gets_the_rank_of_the_slot_it_takes():
     plan.update(steer(ext, pods[3:]))
     bind_all(ext, pods, plan)
     assert written(binder, "ml/g-3") == annotations(3, 1, "n2")
-    assert [r["pod"] for r in ext.debug_gangs()[0]["ranks"]] == ["ml/g-0", "ml/g-1", "ml/g-2", "ml/g-3"]
+    assert [r.pod for r in ext.debug_gangs()[0].ranks] == ["ml/g-0", "ml/g-1", "ml/g-2", "ml/g-3"]
 
 
 def test_debug_gangs_and_explain_show_rank_pod_node_and_domains():
@@ -87,20 +89,20 @@ def test_debug_gangs_and_explain_show_rank_pod_node_and_domains():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     (gang_view,) = ext.debug_gangs()
-    assert gang_view["slices"] == {"size": 2, "level": "network.topology.nvidia.com/accelerator", "count": 2}
-    assert [(r["rank"], r["slice"], r["pod"], r["node"], r["domains"][-1]["domain"]) for r in gang_view["ranks"]] == [
+    assert gang_view.slices == Slices(size=2, level="network.topology.nvidia.com/accelerator", count=2)
+    assert [(r.rank, r.slice, r.pod, r.node, r.domains[-1].domain) for r in gang_view.ranks] == [
         (0, 0, "ml/g-0", "h1", "b1/r1/n1"), (1, 0, "ml/g-1", "h2", "b1/r1/n1"),
         (2, 1, "ml/g-2", "h4", "b1/r1/n2"), (3, 1, "ml/g-3", "h5", "b1/r1/n2")]
-    assert gang_view["ranks"][0]["domains"] == [
-        {"level": "network.topology.nvidia.com/spine", "name": "spine", "domain": "b1"},
-        {"level": "network.topology.nvidia.com/leaf", "name": "leaf", "domain": "b1/r1"},
-        {"level": "network.topology.nvidia.com/accelerator", "name": "nvlink", "domain": "b1/r1/n1"}]
+    assert gang_view.ranks[0].domains == (
+        Place(level="network.topology.nvidia.com/spine", name="spine", domain="b1"),
+        Place(level="network.topology.nvidia.com/leaf", name="leaf", domain="b1/r1"),
+        Place(level="network.topology.nvidia.com/accelerator", name="nvlink", domain="b1/r1/n1"))
     got = ext.explain("ml/g-2")
-    assert got["ranks"] == gang_view["ranks"] and got["slices"] == gang_view["slices"]
+    assert got.ranks == gang_view.ranks and got.slices == gang_view.slices
     # The fit table, with the gang's own reservation given back: r1 holds both slices.
-    assert [(f["domain"], f["fits"], f["slices"]) for f in got["fit"]] == [(["b1", "r1"], 4, 2)]
+    assert [(f.domain.path, f.fits, f.slices) for f in got.fit] == [(("b1", "r1"), 4, 2)]
     clock.now += 31
     t.join(5)
 
@@ -111,10 +113,10 @@ def test_explain_a_sliced_gang_that_cannot_be_placed_counts_whole_slices():
     create(ext, pods)
     ext.filter(pods[0], NODES)
     got = ext.explain("ml/g-0")
-    assert got["reason"] == (
+    assert got.reason == (
         "gang ml/g needs 4 pods x 8 GPUs in 1 slice of 4 pods, each within one "
         "network.topology.nvidia.com/accelerator, all within one network.topology.nvidia.com/leaf; "
         "best leaf b1/r1 holds 0 of 1 slices: it fits 4 pods, but only 0 in whole slices (8 GPUs in use)")
-    assert got["slices"] == {"size": 4, "level": "network.topology.nvidia.com/accelerator", "count": 1}
-    assert got["ranks"] == []
-    assert [(f["fits"], f["slices"]) for f in got["fit"]] == [(4, 0)]
+    assert got.slices == Slices(size=4, level="network.topology.nvidia.com/accelerator", count=1)
+    assert got.ranks == ()
+    assert [(f.fits, f.slices) for f in got.fit] == [(4, 0)]

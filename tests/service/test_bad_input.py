@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from extender.core.errors import GangUnreserved
-from extender.core.pods import MAX_UNSHOWN, SEEN_TTL_SECONDS
+from extender.core.cluster.pods import MAX_UNSHOWN, SEEN_TTL_SECONDS
 from extender.core.verdicts import MAX_REASON_CHARS
 from tests.service.test_live import NODES, bind_async, create, extender, wait_until
 from tests.topologies import gang, pod
@@ -27,8 +27,8 @@ def with_gpus(p: dict, value: object) -> dict:
     ("abc", f"container main nvidia.com/gpu: quantity 'abc' {QUANTITY}"),
     ("²", f"container main nvidia.com/gpu: quantity '²' {QUANTITY}"),  # str.isdigit() says yes
     ("1e9", "nvidia.com/gpu must be at most 4096, got 1000000000"),
-    ("500m", "nvidia.com/gpu must be a whole number of GPUs, got 0.5"),
-    (1.5, "nvidia.com/gpu must be a whole number of GPUs, got 1.5"),
+    ("500m", "container main nvidia.com/gpu must be a whole number, got '500m' (0.5)"),
+    (1.5, "container main nvidia.com/gpu must be a whole number, got 1.5"),
     (-8, "container main nvidia.com/gpu must not be negative, got -8"),
     (2**64, "nvidia.com/gpu must be at most 4096, got 18446744073709551616"),
     ("9" * 5000, "container main nvidia.com/gpu: a quantity must be at most 64 characters long, got "
@@ -41,6 +41,35 @@ def test_a_lone_pod_whose_gpus_cannot_be_read_passes_no_node(value, problem):
     assert v.failed_unresolvable == {n: f"pod ml/x is not placed: {problem}" for n in NODES}
 
 
+# Issue 25 item 4: "500m" GPUs in an init container passed every 8-GPU node while the same value
+# in a main container passed none. Each kind of container carries it beside a main container
+# asking 8 GPUs; the answer is the same, naming the container.
+FRACTION_IN = {
+    "init": ("initContainers", {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "500m"}}},
+             "init container warm"),
+    "sidecar": ("initContainers", {"name": "log", "restartPolicy": "Always",
+                                   "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "init container log"),
+    "main": ("containers", {"name": "aux", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}, "container aux"),
+    "overhead": ("overhead", {"nvidia.com/gpu": "500m"}, "overhead"),
+}
+
+
+@pytest.mark.parametrize("kind", FRACTION_IN)
+def test_a_fraction_of_a_gpu_gets_the_same_answer_in_every_container_kind(kind):
+    field, value, where = FRACTION_IN[kind]
+    ext, _, _ = extender()
+    lone, member = pod("x", 8), gang("g", 2, 8)[0]
+    assert ext.filter(pod("y", 8), NODES).node_names == tuple(NODES)  # without the fraction: every node
+    problem = f"{where} nvidia.com/gpu must be a whole number, got '500m' (0.5)"
+    for p, reason in ((lone, f"pod ml/x is not placed: {problem}"), (member, f"gang ml/g: pod ml/g-0: {problem}")):
+        p["spec"][field] = [*p["spec"].get(field, []), value] if field != "overhead" else value
+        create(ext, [p]) if p is member else None
+        v = ext.filter(p, NODES)
+        assert (v.node_names, v.failed) == ((), {})
+        assert v.failed_unresolvable == {n: reason for n in NODES}
+    assert ext.ctx.state.reservations() == {}
+
+
 def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs_reason():
     ext, _, _ = extender()
     pods = gang("g", 2, 8)
@@ -51,7 +80,7 @@ def test_a_gang_member_whose_gpus_cannot_be_read_passes_no_node_and_is_its_gangs
                                                               for n in NODES}
     v = ext.filter(pods[1], NODES)
     assert v.node_names == () and v.failed_unresolvable["h1"] == f"gang ml/g: pod ml/g-0: {problem}"
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_a_reason_is_cut_to_its_bound_however_long_the_names_quoted():
@@ -71,16 +100,23 @@ def test_a_gang_only_filter_knows_holds_its_reservation_until_its_members_time_i
     ghosts = gang("ghost", 2, 8, annotations=SIZE_2)  # never created: the watch will not show them
     for p in ghosts:
         assert len(ext.filter(p, NODES).node_names) == 1
-    assert set(ext.state.reservations()) == {"ml/ghost"}
+    assert set(ext.ctx.state.reservations()) == {"ml/ghost"}
+    held_then = ext.held()
     assert binder.events == []  # no Event about pods the API server does not have
     clock.now += SEEN_TTL_SECONDS - 1
     ext.debug_gangs(), ext.explain("ml/ghost-0")  # ticks
-    assert set(ext.state.reservations()) == {"ml/ghost"}
+    assert set(ext.ctx.state.reservations()) == {"ml/ghost"}
     clock.now += 1
     ext.explain("ml/nobody")
-    assert ext.state.reservations() == {}
-    assert ext.pods.unshown() == (0, 0) and ext.pods.pending_pod("ml/ghost-0") is None
-    assert changes[-1]["event"] == "member_lost" and changes[-1]["reason"] == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
+    assert ext.ctx.state.reservations() == {}
+    assert ext.ctx.pods.unshown() == (0, 0) and ext.ctx.pods.pending_pod("ml/ghost-0") is None
+    # What /metrics samples (railyard_held_objects) saw it come and go; running: the drawing's two
+    # filler pods (h4, h6).
+    assert held_then == {"gangs": 1, "reservations": 1, "pods_pending": 2, "pods_bound": 0, "pods_running": 2,
+                         "pods_seen": 2, "pods_unshown": 2}
+    assert ext.held() == {**held_then, "gangs": 0, "reservations": 0, "pods_pending": 0, "pods_seen": 0,
+                         "pods_unshown": 0}
+    assert changes[-1].event == "member_lost" and changes[-1].reason == ("member ml/ghost-0 of gang ml/ghost was forgotten: filter asked about it but the watch "
                           "never showed the pod (not within 60s of its last filter call); planning again")
 
 
@@ -90,7 +126,7 @@ def test_a_member_held_at_bind_is_told_when_its_unshown_gang_is_forgotten():
     node = ext.filter(ghosts[0], NODES).node_names[0]
     errors = {}
     t = bind_async(ext, ghosts[0], node, errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     clock.now += SEEN_TTL_SECONDS
     ext.explain("ml/nobody")
     t.join(5)
@@ -106,31 +142,31 @@ def test_a_pod_named_in_another_gang_since_unreserves_the_gang_that_holds_its_sl
     first = gang("a", 1, 8, annotations=SIZE_2)[0]
     first["metadata"]["name"] = "same"
     assert len(ext.filter(first, NODES).node_names) == 1
-    assert set(ext.state.reservations()) == {"ml/a"}
+    assert set(ext.ctx.state.reservations()) == {"ml/a"}
     again = gang("b", 1, 8, annotations={"railyard.io/min-member": "5"})[0]  # the same pod, another group
     again["metadata"]["name"] = "same"
     ext.filter(again, NODES)
     clock.now += SEEN_TTL_SECONDS
     ext.explain("ml/nobody")
-    assert ext.state.reservations() == {}
-    lost = [(c["gang"], c["phase"], c["reason"]) for c in changes if c["event"] == "member_lost"]
+    assert ext.ctx.state.reservations() == {}
+    lost = [(c.gang, c.phase, c.reason) for c in changes if c.event == "member_lost"]
     assert lost == [("ml/a", "pending", "member ml/same of gang ml/a was forgotten: filter asked about it but "
                                         "the watch never showed the pod (not within 60s of its last filter call); "
                                         "planning again")]
-    assert all(r.phase.value != "planned" for r in ext.book.records())  # none left planned with no slots
+    assert all(r.phase.value != "planned" for r in ext.ctx.book.records())  # none left planned with no slots
 
 
 def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
     ext, binder, clock = extender()
-    ext.pods.max_unshown = 50
+    ext.ctx.pods.max_unshown = 50
     changes = []
     ext.watch_gangs(changes.append)
     for i in range(2000):  # 7 gangs of 8-GPU pods that never existed, each planned when it can be
         ext.filter(pod(f"ghost-{i}", 8, labels={"scheduling.x-k8s.io/pod-group": f"ghost-{i % 7}"},
                        annotations=SIZE_2), NODES)
-    assert ext.pods.unshown()[0] <= 51 and len(ext.pods) <= 51
-    assert ext.pods.forgotten >= 2000 - 51
-    lost = [c["reason"] for c in changes if c["event"] == "member_lost"]
+    assert ext.ctx.pods.unshown()[0] <= 51 and len(ext.ctx.pods) <= 51
+    assert ext.ctx.pods.forgotten >= 2000 - 51
+    lost = [c.reason for c in changes if c.event == "member_lost"]
     assert lost and all(r.endswith("(more than 50 pods or 32 MiB known only from filter); planning again")
                         for r in lost)
     clock.now += SEEN_TTL_SECONDS
@@ -138,7 +174,7 @@ def test_the_real_gang_is_planned_after_a_flood_of_pods_that_never_existed():
     create(ext, real)
     plan = {p["metadata"]["name"]: ext.filter(p, NODES).node_names for p in real}
     assert plan == {"real-0": ("h1",), "real-1": ("h2",)}
-    assert set(ext.state.reservations()) == {"ml/real"}
+    assert set(ext.ctx.state.reservations()) == {"ml/real"}
     errors = {}
     t = bind_async(ext, real[0], "h1", errors)
     ext.bind("ml", "real-1", "uid-ml-real-1", "h2")
@@ -150,4 +186,4 @@ def test_the_default_count_bound_holds():
     ext, _, _ = extender()
     for i in range(MAX_UNSHOWN + 200):
         ext.filter(pod(f"ghost-{i}", 1), ["h1"])
-    assert ext.pods.unshown()[0] <= MAX_UNSHOWN + 1
+    assert ext.ctx.pods.unshown()[0] <= MAX_UNSHOWN + 1

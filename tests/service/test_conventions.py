@@ -9,7 +9,7 @@ import pytest
 from extender import topotext
 from extender.adapters.k8s.watch_cache import KINDS
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, VOLCANO
-from extender.core import book as book_module
+from extender.core.placement import planner as planner_module
 from extender.core.errors import NotReady, Settling
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import NODES, Clock, Extender, MemoryBinder, bind_async, create, wait_until
@@ -74,10 +74,10 @@ def test_members_created_one_by_one_are_held_until_the_last_exists_then_bound_wh
         plan[key(p)] = v.node_names[0]
         if i == 0:
             # Planned at the first member with slots for all three: the size is the PodGroup's.
-            assert len(ext.state.reservation("ml/g").slots) == 3
+            assert len(ext.ctx.state.reservation("ml/g").slots) == 3
         if i < 2:
             threads.append(bind_async(ext, p, plan[key(p)], errors))
-            wait_until(lambda: ext.debug_gangs()[0]["phase"] == f"waiting at bind {i + 1}/3")
+            wait_until(lambda: ext.debug_gangs()[0].phase == f"waiting at bind {i + 1}/3")
             assert binder.bound == []
             clock.now += 2.0  # the controller takes its time; still well inside the 60 s timeout
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"])
@@ -101,15 +101,15 @@ def test_a_podgroups_required_level_bounds_the_gang():
 
 def test_two_conventions_groups_with_one_name_stay_apart_and_a_relist_replaces_only_its_kind():
     ext, _, _ = extender(groups=[podgroup(VOLCANO, 3), podgroup(KAI, 2)])
-    assert {i: g.key for i, g in ext.groups.items()} == {(VOLCANO, "ml/g"): "ml/g", (KAI, "ml/g"): "ml/g"}
+    assert {i: g.key for i, g in ext.ctx.groups.items()} == {(VOLCANO, "ml/g"): "ml/g", (KAI, "ml/g"): "ml/g"}
     ext.relisted(VOLCANO, [])
-    assert set(ext.groups) == {(KAI, "ml/g")}
+    assert set(ext.ctx.groups) == {(KAI, "ml/g")}
     p = member(KAI, 0)
     create(ext, [p])
     ext.filter(p, NODES)
-    assert len(ext.state.reservation("ml/g").slots) == 2
-    ext.group_deleted(ext.groups[(KAI, "ml/g")])
-    assert ext.groups == {}
+    assert len(ext.ctx.state.reservation("ml/g").slots) == 2
+    ext.group_deleted(ext.ctx.groups[(KAI, "ml/g")])
+    assert ext.ctx.groups == {}
 
 
 def test_not_ready_until_every_kind_of_group_is_listed():
@@ -143,22 +143,22 @@ def test_a_gang_of_undeclared_size_waits_holding_nothing_until_no_member_is_new_
         with pytest.raises(Settling) as no:
             ext.filter(pods[0], NODES)
         assert str(no.value) == settling(i + 1, 0.5)
-        assert ext.state.reservations() == {}
+        assert ext.ctx.state.reservations() == {}
         clock.now += 2.5  # the next member comes 3 s after this one: inside the settle time
     # 3.0 s since the newest member: explain says so with the numbers of now.
     got = ext.explain("ml/g-1")
-    assert (got["phase"], got["reason"]) == ("pending", settling(3, 3.0))
-    assert ext.debug_gangs()[0]["reason"] == settling(3, 0.5)  # as the last filter answered
+    assert (got.phase, got.reason) == ("pending", settling(3, 3.0))
+    assert ext.debug_gangs()[0].reason == settling(3, 0.5)  # as the last filter answered
     clock.now += 1.9
     with pytest.raises(Settling, match="the newest 4.9s ago"):
         ext.filter(pods[2], NODES)
     clock.now += 0.1
     plan = {key(p): ext.filter(p, NODES).node_names for p in pods}
     assert set(plan.values()) == {("h1",), ("h2",), ("h3",)}  # whole, in rack r1
-    assert len(ext.state.reservation("ml/g").slots) == 3
+    assert len(ext.ctx.state.reservation("ml/g").slots) == 3
     errors = {}
     threads = [bind_async(ext, p, plan[key(p)][0], errors) for p in pods[:2]]
-    wait_until(lambda: ext.debug_gangs()[0]["phase"] == "waiting at bind 2/3")
+    wait_until(lambda: ext.debug_gangs()[0].phase == "waiting at bind 2/3")
     assert binder.bound == []
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"][0])
     for t in threads:
@@ -178,9 +178,9 @@ def test_a_member_seen_again_is_not_new_and_settle_zero_plans_at_once():
     ext, _, _ = extender(settle=0.0)
     create(ext, [p])
     assert len(ext.filter(p, NODES).node_names) == 1
-    assert len(ext.arrivals) == 1
+    assert len(ext.ctx.arrivals) == 1
     ext.pod_deleted(p)
-    assert len(ext.arrivals) == 0  # nothing left waiting: forgotten
+    assert len(ext.ctx.arrivals) == 0  # nothing left waiting: forgotten
 
 
 # -- kube-scheduler's pod-group cycle: one filter call per pod per candidate placement ----------
@@ -201,8 +201,8 @@ PLACEMENTS = {"r1": ["a1", "a2", "a3"], "r2": ["c1", "c2", "c3"], "r3": ["d1", "
 
 def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refusals(monkeypatch):
     plans = []
-    real_plan = book_module.plan
-    monkeypatch.setattr(book_module, "plan", lambda spec, *rest: plans.append(spec.key) or real_plan(spec, *rest))
+    real_plan = planner_module.plan  # the book plans through planner.plan_near
+    monkeypatch.setattr(planner_module, "plan", lambda spec, *rest: plans.append(spec.key) or real_plan(spec, *rest))
     ext, binder, _ = extender(RACKS, groups=[podgroup(KUBERNETES, 2, required=LEAF)])
     pods = [member(KUBERNETES, i) for i in range(2)]
     create(ext, pods)
@@ -220,7 +220,7 @@ def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refu
     assert answers[0] == answers[1] == answers[2] and len(answers[0]) == 1
     (rack, steered), = answers[0].items()
     assert sorted(n for (n,) in steered.values()) == PLACEMENTS[rack][:2]
-    rec = ext.book.get("ml/g")
+    rec = ext.ctx.book.get("ml/g")
     assert (rec.phase.value, rec.refused) == ("planned", {})  # no placement counted as a refusal
     # Every node of a losing placement says where the gang is planned.
     other = next(r for r in PLACEMENTS if r != rack)
@@ -237,7 +237,7 @@ def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refu
     assert sorted(n for (n,) in again.values()) == [n for n in PLACEMENTS[rack] if n != first]
     errors = {}
     t = bind_async(ext, pods[0], again["ml/g-0"][0], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"] == "waiting at bind 1/2")
+    wait_until(lambda: ext.debug_gangs()[0].phase == "waiting at bind 1/2")
     ext.bind("ml", "g-1", "uid-ml-g-1", again["ml/g-1"][0])
     t.join(5)
     assert errors == {} and sorted(binder.bound) == sorted((k, n) for k, (n,) in again.items())

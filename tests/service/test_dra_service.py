@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from extender.service import DRA_KINDS
+from extender.service.sink import DRA_KINDS
 from extender.settings import Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
 from tests.topologies import TRANSLATE, gang, pod
@@ -89,8 +89,8 @@ def dra_cluster():
 
 
 def free(ext):
-    ext.state.view()
-    return {n: ext.state.free(n) for n in ALL}
+    ext.ctx.state.view()
+    return {n: ext.ctx.state.free(n) for n in ALL}
 
 
 def test_gpus_come_from_slices_and_claims_count_once():
@@ -105,7 +105,7 @@ def test_a_one_gpu_pod_passes_where_devices_are_free():
     # gangs, cordoned or not-ready nodes); c2's devices are all allocated, which kube-scheduler's
     # own DRA filter sees. Before issue 16 every node was refused ("0 free GPUs").
     assert set(verdict.node_names) == set(ALL) and verdict.failed == {}
-    assert ext.state.free("c2") == 0 and ext.state.free("a1") == 8
+    assert ext.ctx.state.free("c2") == 0 and ext.ctx.state.free("a1") == 8
 
 
 def test_a_gang_of_four_by_eight_lands_in_the_one_free_nvlink_domain_and_the_next_waits():

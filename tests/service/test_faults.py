@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from extender.core.recovery import Complete, Rounds, Undo, decide
+from extender.core.gangs.recovery import Complete, Rounds, Undo, decide
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import (
     NODES, Clock, Extender, MemoryBinder, bind_async, extender, steer, wait_until,
@@ -33,7 +33,7 @@ def restarted(drawing=TWO_RACKS, pods=(), grace=10.0):
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", [*spec.filler_pods(), *pods])
     ext.relisted("podgroups", [])
-    for kind in ext.kinds:
+    for kind in ext.sink.kinds:
         if kind not in ("nodes", "pods"):
             ext.relisted(kind, [])
     return ext, binder, clock
@@ -48,8 +48,8 @@ def test_every_member_is_marked_before_the_first_binding():
     plan = steer(ext, pods)
     order = []
     original_bind, original_mark = binder.bind_all, binder.mark_all
-    binder.bind_all = lambda batch: (order.extend(("bind", b[1]) for b in batch), original_bind(batch))[1]
-    binder.mark_all = lambda batch: (order.extend(("mark", m[1]) for m in batch), original_mark(batch))[1]
+    binder.bind_all = lambda batch: (order.extend(("bind", pod.name) for pod, _ in batch), original_bind(batch))[1]
+    binder.mark_all = lambda batch: (order.extend(("mark", pod.name) for pod, _ in batch), original_mark(batch))[1]
     errors = {}
     for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
         t.join(5)
@@ -70,7 +70,7 @@ def test_a_mark_that_fails_binds_nobody_and_releases_the_gang():
         t.join(5)
     assert binder.bound == [] and binder.deleted == []
     assert "recording the Binding round on ml/g-1 failed, so no member was bound" in str(errors["g-0"])
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_a_round_left_half_bound_is_completed_after_the_grace():
@@ -78,7 +78,7 @@ def test_a_round_left_half_bound_is_completed_after_the_grace():
     nodes = ["h1", "h2", "h3", "h5"]
     seen = [marked(p, "r1", n, 4, bound=i < 2) for i, (p, n) in enumerate(zip(pods, nodes))]
     ext, binder, clock = restarted(pods=seen)
-    assert ext.rounds.partial() == ["ml/g@r1"]
+    assert ext.ctx.rounds.partial() == ["ml/g@r1"]
     ext.filter(pod("solo", 1), NODES)  # a verb: this replica serves the scheduler
     assert binder.bound == []  # not before the grace: the railyard that made it may be finishing it
     clock.now += 11
@@ -123,11 +123,11 @@ def test_decide_refuses_to_complete_a_round_missing_a_member():
     ext, _, _ = restarted()
     members = {p.key: p for p in (TRANSLATE.pod(marked(gang("a", 3, 8)[i], "r1", "h1", 3, bound=i == 0))
                                   for i in range(2))}
-    action = decide(ext.state, "ml/a@r1", "ml/a", members)
+    action = decide(ext.ctx.state, "ml/a@r1", "ml/a", members)
     assert isinstance(action, Undo) and "1 member of the round no longer exist" in action.reason
     whole = {p.key: p for p in (TRANSLATE.pod(marked(gang("a", 2, 8)[i], "r1", "h1" if i else "h2", 2, bound=i == 0))
                                 for i in range(2))}
-    assert isinstance(decide(ext.state, "ml/a@r1", "ml/a", whole), Complete)
+    assert isinstance(decide(ext.ctx.state, "ml/a@r1", "ml/a", whole), Complete)
 
 
 # -- nodes that fail while the gang waits ---------------------------------------------------------
@@ -150,12 +150,12 @@ def test_a_planned_node_cordoned_while_the_gang_waits_releases_it_at_once():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     ext.node_upserted(TRANSLATE.node(cordon(node_object(ext, plan["ml/g-1"]))))
     t.join(5)  # answered at once, not at the 90 s deadline
     assert not t.is_alive()
     assert str(errors["g-0"]) == f"node {plan['ml/g-1']} became cordoned while gang ml/g waited; planning again"
-    assert ext.state.reservations() == {} and binder.bound == []
+    assert ext.ctx.state.reservations() == {} and binder.bound == []
     assert ("GangReplanned", str(errors["g-0"])) in binder.events
     # Planned again at once, without the cordoned node.
     assert ext.filter(pods[1], NODES).node_names[0] != plan["ml/g-1"]
@@ -169,11 +169,11 @@ def test_a_taint_the_members_do_not_tolerate_releases_the_gang_one_they_tolerate
     node = node_object(ext, plan["ml/g-0"])
     node["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["phase"] == "planned"  # tolerated
+    assert ext.debug_gangs()[0].phase == "planned"  # tolerated
     node["spec"]["taints"] = [{"key": "gpu-broken", "value": "xid79", "effect": "NoExecute"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["phase"] == "pending"
-    assert ext.debug_gangs()[0]["reason"] == (f"node {plan['ml/g-0']} became tainted gpu-broken=xid79:NoExecute "
+    assert ext.debug_gangs()[0].phase == "pending"
+    assert ext.debug_gangs()[0].reason == (f"node {plan['ml/g-0']} became tainted gpu-broken=xid79:NoExecute "
                                               f"while gang ml/g waited; planning again")
 
 
@@ -183,7 +183,7 @@ def test_not_ready_is_a_node_fault_too():
     node = node_object(ext, plan["ml/g-0"])
     node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     ext.node_upserted(TRANSLATE.node(node))
-    assert ext.debug_gangs()[0]["reason"] == f"node {plan['ml/g-0']} became not ready while gang ml/g waited; planning again"
+    assert ext.debug_gangs()[0].reason == f"node {plan['ml/g-0']} became not ready while gang ml/g waited; planning again"
 
 
 # -- timeouts bounded by kube-scheduler's httpTimeout, and Events ---------------------------------
@@ -197,21 +197,21 @@ def test_a_timeout_above_the_cap_is_capped_and_says_so():
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300"})
     steer(ext, pods)
     g = ext.debug_gangs()[0]
-    assert g["deadline_in_seconds"] == 135.0
+    assert g.deadline_in_seconds == 135.0
     capped = ("gang ml/g asked to wait 300s at bind; capped to 135s, so the held bind calls end before "
               "kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")
-    assert g["reason"].endswith(capped)
+    assert g.reason.endswith(capped)
     assert ("GangTimeoutCapped", capped) in binder.events
-    assert ext.explain("ml/g-0")["reason"].endswith(capped)
+    assert ext.explain("ml/g-0").reason.endswith(capped)
 
 
 def test_a_member_created_after_planning_is_told_of_the_cap_too():
     ext, binder, _ = extender(settings=CAPPED)
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "300", "railyard.io/min-member": "2"})
     ext.pod_upserted(pods[0])
-    ext.filter(pods[0], list(ext.state.topology.names))  # planned with one slot for the missing member
+    ext.filter(pods[0], list(ext.ctx.state.topology.names))  # planned with one slot for the missing member
     ext.pod_upserted(pods[1])
-    ext.filter(pods[1], list(ext.state.topology.names))
+    ext.filter(pods[1], list(ext.ctx.state.topology.names))
     assert {p for p, reason in binder.told if reason == "GangTimeoutCapped"} == {"ml/g-0", "ml/g-1"}
 
 
@@ -221,10 +221,10 @@ def test_waiting_and_timing_out_are_events_with_numbers():
     plan = steer(ext, pods)
     errors = {}
     t0 = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: "waiting at bind 1/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 1/3" in ext.debug_gangs()[0].phase)
     clock.now += 12
     t1 = bind_async(ext, pods[1], plan["ml/g-1"], errors)
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
     waiting = [m for r, m in binder.events if r == "GangWaiting"]
     assert waiting == ["gang ml/g: 1/3 GPU members at bind, the first for 0s; the rest must arrive within 30s",
                        "gang ml/g: 2/3 GPU members at bind, the first for 12s; the rest must arrive within 18s"]

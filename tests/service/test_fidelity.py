@@ -24,7 +24,7 @@ def test_nodes_the_scheduler_left_out_of_the_filter_call_are_not_planned():
     # kube-scheduler's filters passed only b4..b6 for this pod (say a host port is taken elsewhere).
     v = ext.filter(pods[0], ["b4", "b5", "b6"])
     assert v.node_names == ("b4",)
-    assert set(ext.debug_gangs()[0]["plan"].values()) == {"b4", "b5", "b6"}
+    assert set(ext.debug_gangs()[0].plan.values()) == {"b4", "b5", "b6"}
 
 
 def test_a_refused_planned_node_is_left_out_and_the_gang_planned_again_at_once():
@@ -32,13 +32,13 @@ def test_a_refused_planned_node_is_left_out_and_the_gang_planned_again_at_once()
     pods = gang("g", 3, 8, annotations=REQUIRED)
     create(ext, pods)
     assert ext.filter(pods[0], NAMES).node_names == ("a1",)  # nvl-a: the exact fit
-    first = ext.debug_gangs()[0]["plan"]
+    first = ext.debug_gangs()[0].plan
     assert set(first.values()) == {"a1", "a2", "a3"}
     # The second member's filter call does not carry a2: the scheduler refused it.
     v = ext.filter(pods[1], [n for n in NAMES if n != "a2"])
     assert len(v.node_names) == 1 and v.node_names[0].startswith("b")
     again = ext.debug_gangs()[0]
-    assert again["phase"] == "planned" and set(again["plan"].values()) <= {"b1", "b2", "b3", "b4", "b5", "b6"}
+    assert again.phase == "planned" and set(again.plan.values()) <= {"b1", "b2", "b3", "b4", "b5", "b6"}
     # The first member, asked again, now goes to its new node in nvl-b.
     assert ext.filter(pods[0], NAMES).node_names[0].startswith("b")
 
@@ -53,7 +53,7 @@ def test_refused_everywhere_the_reason_names_the_refused_nodes():
     reason = v.failed["a1"]
     assert reason == ("gang ml/g needs 3 pods x 8 GPUs within one network.topology.nvidia.com/accelerator; "
                       "best nvlink b1/r1/nvl-a fits 2 (1 node refused by kube-scheduler's filters)")
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def run_gang(ext, pods, names=NAMES):
@@ -85,7 +85,7 @@ def test_a_replacement_stays_in_its_gangs_nvlink_domain():
     create(ext, [again])
     v = ext.filter(again, NAMES)
     assert len(v.node_names) == 1 and v.node_names[0] in {f"b{i}" for i in range(1, 7)} - set(plan.values()) | {plan["g-3"]}
-    assert ext.debug_gangs()[0]["reason"].endswith("; kept beside its running members in nvlink b1/r1/nvl-b")
+    assert ext.debug_gangs()[0].reason.endswith("; kept beside its running members in nvlink b1/r1/nvl-b")
 
 
 def test_a_replacement_whose_home_is_full_waits_with_numbers():
@@ -124,13 +124,13 @@ def test_a_label_added_after_the_topology_was_built_is_seen_by_node_selectors():
     from tests.topologies import TRANSLATE
 
     ext, _, _ = extender(TWO_NVL)
-    ext.state.view()  # the tree is built before the label arrives
+    ext.ctx.state.view()  # the tree is built before the label arrives
     for name in ("b4", "b5", "b6"):
-        n = ext.state.node(name)
+        n = ext.ctx.state.node(name)
         ext.node_upserted(TRANSLATE.node({
             "metadata": {"name": name, "labels": {**n.labels, "team": "late"}},
             "status": {"allocatable": {"nvidia.com/gpu": str(n.gpus), **dict(n.allocatable)}}}))
     pods = gang("g", 3, 8, annotations=REQUIRED, nodeSelector={"team": "late"})
     create(ext, pods)
     assert ext.filter(pods[0], NAMES).node_names == ("b4",)
-    assert set(ext.debug_gangs()[0]["plan"].values()) == {"b4", "b5", "b6"}
+    assert set(ext.debug_gangs()[0].plan.values()) == {"b4", "b5", "b6"}

@@ -1,4 +1,4 @@
-"""The live extender's verbs over the core, with an in-memory Binder port (no transport)."""
+"""The live extender's verbs over the core, with an in-memory double of the API-server ports (no transport)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pytest
 
 from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
-from extender.core import book
+from extender.core.gangs import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
-from extender.service import DRA_KINDS, TopologyExtender
+from extender.core.ports import Ports
+from extender.service import TopologyExtender
+from extender.service.sink import DRA_KINDS
 from extender.settings import GangSettings, Settings
 from tests.topologies import TRANSLATE, TWO_RACKS, gang, pod
 
@@ -30,7 +32,7 @@ class Extender(TopologyExtender):
     (facts, as the gRPC servicer passes them, go through unchanged)."""
 
     def __init__(self, settings=SETTINGS, binder=None, clock=None, kinds=("nodes", "pods", "podgroups")):
-        super().__init__(settings, binder, SCHEME, clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
+        super().__init__(settings, ports(binder), clock=clock or Clock(), sleep=lambda s: None, kinds=kinds)
 
     def relisted(self, kind, objects):
         if kind in DRA_KINDS:  # given as facts
@@ -57,6 +59,11 @@ class Extender(TopologyExtender):
         return super().plan_gang([_pod(p) for p in pods])
 
 
+def ports(binder):
+    """Every API-server port served by one in-memory double, as the one KubeBinder serves them."""
+    return Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME)
+
+
 class MemoryBinder:
     """Records Bindings instead of POSTing them; can be told to fail for some pods."""
 
@@ -73,28 +80,28 @@ class MemoryBinder:
 
     def mark_all(self, marks):
         outcomes = []
-        for namespace, name, uid, mark in marks:
-            if f"{namespace}/{name}" in self.fail_mark:
+        for pod, mark in marks:
+            if pod.key in self.fail_mark:
                 outcomes.append(RuntimeError("the object has been modified; please apply your changes to the latest version"))
                 continue
             with self.lock:
-                self.marks[f"{namespace}/{name}"] = mark
+                self.marks[pod.key] = mark
             outcomes.append(None)
         return outcomes
 
     def bind_all(self, bindings):
         outcomes = []
-        for namespace, name, uid, node in bindings:
-            if f"{namespace}/{name}" in self.fail:
+        for pod, node in bindings:
+            if pod.key in self.fail:
                 outcomes.append(RuntimeError("Operation cannot be fulfilled: precondition failed"))
                 continue
             with self.lock:
-                self.bound.append((f"{namespace}/{name}", node))
+                self.bound.append((pod.key, node))
             outcomes.append(None)
         return outcomes
 
-    def delete_pod(self, namespace, name, uid):
-        self.deleted.append(f"{namespace}/{name}")
+    def delete_pod(self, pod):
+        self.deleted.append(pod.key)
 
     def event(self, pod, reason, message, type_="Warning"):
         self.events.append((reason, message))
@@ -165,14 +172,14 @@ def test_gang_binds_all_at_once_and_not_before():
     assert set(plan.values()) == {"h1", "h2", "h3"}  # one rack (r1)
     errors = {}
     threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
     assert binder.bound == []  # nobody bound before the whole gang is held
     ext.bind("ml", "g-2", "uid-ml-g-2", plan["ml/g-2"])
     for t in threads:
         t.join(5)
     assert errors == {}
     assert sorted(binder.bound) == sorted(plan.items())
-    assert ext.debug_gangs()[0]["phase"] == "bound"
+    assert ext.debug_gangs()[0].phase == "bound"
 
 
 def test_filter_reasons_name_the_reserved_node():
@@ -192,14 +199,14 @@ def test_deadline_releases_everything_and_binds_nothing():
     plan = steer(ext, pods[:1])
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     clock.now += 31
     t.join(5)
     assert isinstance(errors["g-0"], GangTimedOut)
     assert str(errors["g-0"]) == ("gang ml/g timed out at bind: 1/2 GPU members arrived within 30s; "
                                   "not arrived: ml/g-1")
     assert binder.bound == []
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
     # The scheduler retries: the gang is planned again.
     assert len(ext.filter(pods[0], NODES).node_names) == 1
 
@@ -210,12 +217,12 @@ def test_member_deleted_while_waiting_releases_and_replans():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     ext.pod_deleted(pods[1])
     t.join(5)
     assert isinstance(errors["g-0"], GangUnreserved)
     assert "member ml/g-1 was deleted" in str(errors["g-0"])
-    assert binder.bound == [] and ext.state.reservations() == {}
+    assert binder.bound == [] and ext.ctx.state.reservations() == {}
 
 
 def test_failed_binding_evicts_the_bound_members():
@@ -224,13 +231,13 @@ def test_failed_binding_evicts_the_bound_members():
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0]["phase"].startswith("waiting"))
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
     with pytest.raises(BindingFailed) as err:
         ext.bind("ml", "g-1", "uid-ml-g-1", plan["ml/g-1"])
     t.join(5)
     assert "1/2 Bindings failed" in str(err.value) and "1 bound members evicted" in str(err.value)
     assert binder.deleted == ["ml/g-0"]
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_second_big_gang_holds_nothing_until_the_first_finishes():
@@ -245,7 +252,7 @@ def test_second_big_gang_holds_nothing_until_the_first_finishes():
     assert v.node_names == ()
     assert v.failed["a"] == ("gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 "
                              "(24 GPUs reserved for other gangs)")
-    assert ext.state.reservation("ml/b") is None  # no partial holding: no deadlock
+    assert ext.ctx.state.reservation("ml/b") is None  # no partial holding: no deadlock
     errors = {}
     threads = [bind_async(ext, p, plan[p["metadata"]["name"]], errors) for p in first]
     for t in threads:
@@ -376,7 +383,7 @@ def test_no_gang_is_planned_before_the_pods_are_listed():
     pods = gang("g", 2, 8)
     with pytest.raises(NotReady, match="still listing podgroups, pods after a start; gang ml/g"):
         ext.filter(pods[0], NODES)
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
     assert ext.filter(pod("one", 1), NODES).node_names  # pods outside gangs are not held up
     ext.relisted("pods", spec.filler_pods() + pods)
     ext.relisted("podgroups", [])
@@ -390,12 +397,12 @@ def test_finished_gangs_are_forgotten():
     errors = {}
     for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
         t.join(5)
-    assert [g["phase"] for g in ext.debug_gangs()] == ["bound"]
+    assert [g.phase for g in ext.debug_gangs()] == ["bound"]
     v = ext.filter(gang("other", 1, 1)[0], NODES)  # a later call, within a minute: still listed
-    assert any(g["gang"] == "ml/g" for g in ext.debug_gangs()) and v.node_names
+    assert any(g.gang == "ml/g" for g in ext.debug_gangs()) and v.node_names
     clock.now += 2 * book.GC_SECONDS
     ext.filter(pod("solo", 1), NODES)
-    assert not any(g["gang"] == "ml/g" for g in ext.debug_gangs())
+    assert not any(g.gang == "ml/g" for g in ext.debug_gangs())
 
 
 def test_a_replacement_member_of_a_running_gang_binds_at_once():
@@ -421,7 +428,7 @@ def test_a_replacement_member_of_a_running_gang_binds_at_once():
     t.join(5)
     assert not t.is_alive() and errors == {}
     assert binder.bound[-1] == ("ml/g-2", v.node_names[0])
-    assert ext.state.reservations().keys() <= {k for k in ext.state.reservations() if "#bound" in k}
+    assert ext.ctx.state.reservations().keys() <= {k for k in ext.ctx.state.reservations() if "#bound" in k}
 
 
 def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
@@ -434,13 +441,13 @@ def test_deleting_a_member_that_took_a_placeholder_slot_releases_the_gang():
     plan.update(steer(ext, pods[1:2]))
     errors = {}
     threads = [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods[:2]]
-    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0]["phase"])
-    assert {"ml/g-0", "ml/g-1"} <= ext.debug_gangs()[0]["plan"].keys()
+    wait_until(lambda: "waiting at bind 2/3" in ext.debug_gangs()[0].phase)
+    assert {"ml/g-0", "ml/g-1"} <= ext.debug_gangs()[0].plan.keys()
     ext.pod_deleted(pods[1])
     for t in threads:
         t.join(5)
     assert isinstance(errors["g-0"], GangUnreserved) and "member ml/g-1 was deleted" in str(errors["g-0"])
-    assert binder.bound == [] and ext.state.reservations() == {}
+    assert binder.bound == [] and ext.ctx.state.reservations() == {}
 
 
 def test_configured_default_timeout_applies_to_gangs_that_name_none():
@@ -453,7 +460,7 @@ def test_configured_default_timeout_applies_to_gangs_that_name_none():
     ext.relisted("podgroups", [])
     create(ext, gang("g", 2, 8))
     ext.filter(gang("g", 2, 8)[0], NODES)
-    assert ext.debug_gangs()[0]["deadline_in_seconds"] == 5.0
+    assert ext.debug_gangs()[0].deadline_in_seconds == 5.0
 
 
 def test_cordoned_node_reason_says_so():

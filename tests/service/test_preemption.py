@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from extender.core.errors import GangUnreserved
-from extender.core.lifecycle import Phase
+from extender.core.gangs.lifecycle import Phase
 from extender.settings import PreemptionSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder, wait_until
 from tests.topologies import FOUR_NVL, gang, pod
@@ -26,8 +26,8 @@ class EvictingBinder(MemoryBinder):
         self.evicted: list[str] = []
         self.refuse = dict(refuse or {})
 
-    def evict(self, namespace, name, uid, dry_run=False):
-        key = f"{namespace}/{name}"
+    def evict(self, pod, dry_run=False):
+        key = pod.key
         with self.lock:
             (self.asked if dry_run else self.evicted).append(key)
         return self.refuse.get(key)
@@ -36,7 +36,7 @@ class EvictingBinder(MemoryBinder):
 def service(running, settings=Settings(), refuse=None):
     binder, clock = EvictingBinder(refuse), Clock()
     ext = Extender(settings, binder, clock=clock)
-    ext.preempter.run = lambda job: job()  # the Eviction API calls, inline
+    ext.preemption.run = lambda job: job()  # the Eviction API calls, inline
     from extender import topotext
     ext.relisted("nodes", topotext.load(FOUR_NVL).nodes)
     ext.relisted("pods", running)
@@ -77,27 +77,27 @@ def test_a_full_cluster_clears_one_nvlink_domain_and_the_gang_binds_whole_there(
         f"pod lo/p-a{i} (priority 100) evicted by railyard to place gang ml/llama (priority 1000) in nvlink b1/r1/n1"
         for i in range(1, 5)]
     (g,) = ext.debug_gangs()
-    assert (g["phase"], g["reason"]) == ("planned", reason)
+    assert (g.phase, g.reason) == ("planned", reason)
     # The other members' preempt calls start nothing new.
     assert ext.preempt(members[1], {"d4": ["uid-lo-p-d4"]}) == {}
     assert len(binder.evicted) == 4
     # Two victims are gone; a member planned on a node still held waits, it is not replanned.
     for n in ("a1", "a2"):
         ext.pod_deleted(low(n))
-    slots = {p["metadata"]["name"]: ext.state.slot_of(f"ml/{p['metadata']['name']}").node for p in members}
+    slots = {p["metadata"]["name"]: ext.ctx.state.slot_of(f"ml/{p['metadata']['name']}").node for p in members}
     waiting = next(p for p in members if slots[p["metadata"]["name"]] == "a3")
     v = ext.filter(waiting, ["a1", "a2"])
     assert v.node_names == ()
     assert v.failed["a1"] == (f"gang ml/llama reserved node a3 for ml/{waiting['metadata']['name']}; waiting for "
                               f"1 pod evicted there to terminate")
-    assert ext.debug_gangs()[0]["phase"] == "planned"
+    assert ext.debug_gangs()[0].phase == "planned"
     # A victim railyard saw go that kube-scheduler still counts (two watches): no refusal either.
     first = next(p for p in members if slots[p["metadata"]["name"]] == "a1")
     v = ext.filter(first, ["a2"])
     assert v.node_names == () and v.failed["a2"] == (
         f"gang ml/llama reserved node a1 for ml/{first['metadata']['name']}; the pods evicted there are gone, "
         f"waiting for kube-scheduler to see it")
-    assert ext.debug_gangs()[0]["phase"] == "planned"
+    assert ext.debug_gangs()[0].phase == "planned"
     for n in ("a3", "a4"):
         ext.pod_deleted(low(n))
     errors, threads = {}, []
@@ -130,7 +130,7 @@ def test_a_refused_eviction_moves_the_choice_to_the_next_domain():
     assert binder.evicted == [f"lo/p-b{i}" for i in range(1, 5)]  # nothing evicted in n1: no waste
     assert events(binder, "PreemptionBlocked")[0] == (
         f"gang ml/llama: evicting lo/p-a2 was refused ({refusal}); choosing again without it for 30s")
-    assert ext.debug_gangs()[0]["reason"].startswith("evicting 4 pods of priority 100 in nvlink b1/r1/n2")
+    assert ext.debug_gangs()[0].reason.startswith("evicting 4 pods of priority 100 in nvlink b1/r1/n2")
 
 
 def test_equal_priority_never_preempts():
@@ -143,7 +143,7 @@ def test_equal_priority_never_preempts():
     assert events(binder, "CannotPreempt")[0] == (
         "gang ml/llama (priority 1000) cannot preempt: best nvlink b1/r1/n1 fits 0 of 4 pods even with every pod "
         "it may evict gone (32 GPUs held by pods of priority 1000 or more)")
-    assert ext.debug_gangs()[0]["phase"] == "pending"
+    assert ext.debug_gangs()[0].phase == "pending"
 
 
 def test_a_gang_that_can_never_fit_its_nvlink_domain_gets_no_victims():
@@ -176,7 +176,7 @@ def test_a_lower_priority_reservation_waiting_at_bind_is_released_first():
             errors["small-0"] = exc
     t = threading.Thread(target=bind)
     t.start()
-    wait_until(lambda: any(g["phase"].startswith("waiting") for g in ext.debug_gangs()))
+    wait_until(lambda: any(g.phase.startswith("waiting") for g in ext.debug_gangs()))
     members = high()
     for p in members:
         ext.pod_upserted(p)
@@ -187,11 +187,11 @@ def test_a_lower_priority_reservation_waiting_at_bind_is_released_first():
               "nvlink b1/r2/n3; planning again")
     assert isinstance(errors["small-0"], GangUnreserved) and str(errors["small-0"]) == reason
     assert events(binder, "ReservationPreempted") == [reason] * 4
-    gangs = {g["gang"]: g for g in ext.debug_gangs()}
-    assert gangs["ml/small"]["phase"] == "pending"
-    assert gangs["ml/llama"]["reason"] == ("releasing the reservation of gang ml/small (priority 100) in nvlink "
+    gangs = {g.gang: g for g in ext.debug_gangs()}
+    assert gangs["ml/small"].phase == "pending"
+    assert gangs["ml/llama"].reason == ("releasing the reservation of gang ml/small (priority 100) in nvlink "
                                            "b1/r2/n3 to place gang ml/llama (priority 1000): 32 GPUs needed, 0 free")
-    assert {ext.state.slot_of(f"ml/llama-{i}").node for i in range(4)} == {"c1", "c2", "c3", "c4"}
+    assert {ext.ctx.state.slot_of(f"ml/llama-{i}").node for i in range(4)} == {"c1", "c2", "c3", "c4"}
 
 
 def test_gangs_preemption_off_leaves_gang_members_without_preemption():
@@ -217,12 +217,12 @@ def test_victims_that_never_leave_time_the_reservation_out():
     for p in members:
         ext.pod_upserted(p)
     ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]})
-    deadline = ext.book.get("ml/llama").deadline
+    deadline = ext.ctx.book.get("ml/llama").deadline
     assert deadline == clock.now + 60 + 60  # the gang's timeout plus preemption.victim_wait_seconds
     clock.now = deadline + 1
     ext.explain("ml/llama-0")  # any verb applies time
-    assert ext.debug_gangs()[0]["phase"] == "timed out"
-    assert ext.state.reservations() == {}
+    assert ext.debug_gangs()[0].phase == "timed out"
+    assert ext.ctx.state.reservations() == {}
 
 
 def test_members_the_watch_had_not_shown_yet_wait_for_their_slots_too():
@@ -235,11 +235,11 @@ def test_members_the_watch_had_not_shown_yet_wait_for_their_slots_too():
     assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]
     for p in members[1:]:
         ext.pod_upserted(p)
-    first = ext.state.slot_of("ml/llama-0").node
+    first = ext.ctx.state.slot_of("ml/llama-0").node
     ext.pod_deleted(low(first))
     v = ext.filter(members[1], [first])
     assert v.node_names == () and "waiting for 1 pod evicted there to terminate" in next(iter(v.failed.values()))
-    assert ext.debug_gangs()[0]["phase"] == "planned"
+    assert ext.debug_gangs()[0].phase == "planned"
     for n in ("a1", "a2", "a3", "a4"):
         ext.pod_deleted(low(n))
     nodes = {ext.filter(p, ["a1", "a2", "a3", "a4"]).node_names for p in members}
@@ -271,7 +271,7 @@ def test_the_wait_for_victims_stays_below_kube_schedulers_cut_of_held_binds():
     for p in members:
         ext.pod_upserted(p)
     ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]})
-    assert ext.book.get("ml/llama").deadline == clock.now + 90  # not 60 + 60
+    assert ext.ctx.book.get("ml/llama").deadline == clock.now + 90  # not 60 + 60
 
 
 def test_a_lower_priority_gang_whose_bindings_are_going_out_is_not_taken():
@@ -282,10 +282,10 @@ def test_a_lower_priority_gang_whose_bindings_are_going_out_is_not_taken():
         ext.pod_upserted(p)
     for p in small:
         ext.filter(p, NODES)
-    ext.book.get("ml/small").phase = Phase.BINDING  # its last member reached permit: Bindings go out
+    ext.ctx.book.get("ml/small").phase = Phase.BINDING  # its last member reached permit: Bindings go out
     members = high()
     for p in members:
         ext.pod_upserted(p)
     assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
-    assert ext.book.get("ml/small").phase == Phase.BINDING
+    assert ext.ctx.book.get("ml/small").phase == Phase.BINDING
     assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]  # pods elsewhere, not its slots

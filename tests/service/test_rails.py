@@ -57,9 +57,9 @@ def place(ext: Extender, name: str, count: int = 4, gpus: int = 4) -> dict[str, 
     for p in members:
         ext.pod_upserted(p)
     for p in members:
-        ext.filter(p, list(ext.state.topology.names))
-    (rec,) = [g for g in ext.debug_gangs() if g["gang"] == f"ml/{name}"]
-    return {r["pod"].split("/")[1]: (r["node"], r["rails"]) for r in rec["ranks"]}
+        ext.filter(p, list(ext.ctx.state.topology.names))
+    (rec,) = [g for g in ext.debug_gangs() if g.gang == f"ml/{name}"]
+    return {r.pod.split("/")[1]: (r.node, list(r.rails)) for r in rec.ranks}
 
 
 LOW, HIGH, MIXED = [4, 5, 6, 7], [0, 1, 2, 3], [2, 3, 6, 7]
@@ -123,7 +123,7 @@ def test_whole_node_members_and_clusters_without_rails_get_no_rails():
 def test_rails_follow_claims_that_change_after_the_topology_was_built():
     held = {"a1": MIXED, "a2": LOW, "a3": LOW, "a4": LOW, "a5": LOW}
     ext = rail_cluster({n: [] for n in held})
-    ext.state.view()  # the topology is built while every rail is free
+    ext.ctx.state.view()  # the topology is built while every rail is free
     ext.relisted("resourceclaims", [TRANSLATE.dra("ResourceClaim", holding(f"held-{n}", n, gpus))
                                     for n, gpus in held.items()])
     got = place(ext, "g")
@@ -131,6 +131,6 @@ def test_rails_follow_claims_that_change_after_the_topology_was_built():
 
 
 def test_rails_sort_naturally_and_odd_names_do_not_crash():
-    from extender.core.rails import rail_order
+    from extender.core.placement.rails import rail_order
 
     assert sorted(["10", "2", "nic-b", "²", "0"], key=rail_order) == ["0", "2", "10", "nic-b", "²"]

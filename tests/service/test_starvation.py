@@ -1,4 +1,4 @@
-"""The starvation bound (core/starvation.py): a gang that has lacked room for
+"""The starvation bound (core/gangs/starvation.py): a gang that has lacked room for
 ``gangs.starvation_seconds`` drains the domain where it fits once the running pods finish, so
 smaller gangs that arrive later no longer take the GPUs it waits for. The real service, an
 in-memory Binder, a manual clock.
@@ -12,7 +12,7 @@ NVLink domain, which no domain has free until a run finishes.
 from __future__ import annotations
 
 from extender import topotext
-from extender.core.starvation import DRAIN
+from extender.core.gangs.starvation import DRAIN
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
 from tests.topologies import gang, pod
@@ -68,20 +68,20 @@ def test_without_the_bound_a_later_small_gang_takes_the_gpus_a_starving_gang_wai
     clock.now += 120
     assert planned(ext, big()) == []
     assert planned(ext, gang("small", 1, 8, annotations=NVLINK)) in (["a2"], ["b2"])
-    assert DRAIN not in "".join(ext.state.reservations())
+    assert DRAIN not in "".join(ext.ctx.state.reservations())
 
 
 def test_past_the_bound_the_starving_gang_drains_a_domain_and_binds_there_once_it_frees():
     ext, clock, running = cluster(starvation=60)
     assert planned(ext, big()) == []
     clock.now += 59
-    assert planned(ext, big()) == [] and DRAIN not in "".join(ext.state.reservations()), "drained before the bound"
+    assert planned(ext, big()) == [] and DRAIN not in "".join(ext.ctx.state.reservations()), "drained before the bound"
     clock.now += 2
     assert planned(ext, big()) == []
-    drain = ext.state.reservations()[f"ml/big{DRAIN}"]
+    drain = ext.ctx.state.reservations()[f"ml/big{DRAIN}"]
     domain = {s.node for s in drain.slots}
     assert domain in ({"a1", "a2"}, {"b1", "b2"}) and drain.gpus == 16
-    reason = ext.debug_gangs()[0]["reason"]
+    reason = ext.debug_gangs()[0].reason
     assert reason.endswith(
         f"; gang ml/big has lacked room for 61s (starvation bound 60s, gangs.starvation_seconds): 16 GPUs on 2 "
         f"nodes where it fits once their pods finish ({', '.join(sorted(domain))}) are held for it; no other gang "
@@ -96,12 +96,12 @@ def test_past_the_bound_the_starving_gang_drains_a_domain_and_binds_there_once_i
 
     # The drain stays where it is while the gang keeps asking.
     clock.now += 30
-    assert planned(ext, big()) == [] and {s.node for s in ext.state.reservations()[f"ml/big{DRAIN}"].slots} == domain
+    assert planned(ext, big()) == [] and {s.node for s in ext.ctx.state.reservations()[f"ml/big{DRAIN}"].slots} == domain
     # The run in the drained domain finishes: the starving gang is planned there, whole.
     done = next(p for p in running if p["spec"]["nodeName"] in domain)
     finish(ext, done)
     assert sorted(planned(ext, big(), busy=BUSY - {done["spec"]["nodeName"]})) == sorted(domain)
-    assert f"ml/big{DRAIN}" not in ext.state.reservations()
+    assert f"ml/big{DRAIN}" not in ext.ctx.state.reservations()
 
 
 def test_a_gang_too_large_for_any_domain_even_drained_drains_nothing():
@@ -110,7 +110,7 @@ def test_a_gang_too_large_for_any_domain_even_drained_drains_nothing():
     assert planned(ext, giant) == []
     clock.now += 120
     assert planned(ext, giant) == []
-    assert ext.state.reservations() == {}
+    assert ext.ctx.state.reservations() == {}
     assert planned(ext, gang("small", 1, 8, annotations=NVLINK)) in (["a2"], ["b2"])
 
 
@@ -120,12 +120,12 @@ def test_a_drain_whose_gang_stops_asking_lapses_after_the_bound():
     planned(ext, members)
     clock.now += 61
     planned(ext, members)
-    assert f"ml/big{DRAIN}" in ext.state.reservations()
+    assert f"ml/big{DRAIN}" in ext.ctx.state.reservations()
     for p in members:
         ext.pod_deleted(p)
     clock.now += 61
     assert planned(ext, gang("small", 2, 8, annotations={"railyard.io/min-member": "2"})) != []
-    assert f"ml/big{DRAIN}" not in ext.state.reservations()
+    assert f"ml/big{DRAIN}" not in ext.ctx.state.reservations()
 
 
 def test_a_drain_is_planned_on_the_cluster_as_it_will_be_not_around_other_gangs_short_plans():
@@ -136,7 +136,7 @@ def test_a_drain_is_planned_on_the_cluster_as_it_will_be_not_around_other_gangs_
     clock.now += 61
     assert sorted(planned(ext, gang("s1", 1, 8, annotations=NVLINK)) + planned(ext, gang("s2", 1, 8, annotations=NVLINK))) == ["a2", "b2"]
     assert planned(ext, big()) == []
-    drain = ext.state.reservations()[f"ml/big{DRAIN}"]
+    drain = ext.ctx.state.reservations()[f"ml/big{DRAIN}"]
     assert {s.node for s in drain.slots} in ({"a1", "a2"}, {"b1", "b2"})
 
 
@@ -162,10 +162,10 @@ def test_drains_go_by_age_the_oldest_starving_gang_takes_a_younger_ones_drain():
     assert ask("young") == []
     clock.now += 65
     assert ask("young") == []
-    assert {s.node for s in ext.state.reservations()[f"ml/young{DRAIN}"].slots} == {"a1", "a2"}
+    assert {s.node for s in ext.ctx.state.reservations()[f"ml/young{DRAIN}"].slots} == {"a1", "a2"}
     assert ask("old") == []
-    assert {s.node for s in ext.state.reservations()[f"ml/old{DRAIN}"].slots} == {"a1", "a2"}
-    assert f"ml/young{DRAIN}" not in ext.state.reservations()
-    assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.state.reservations()
-    reason = next(g["reason"] for g in ext.debug_gangs() if g["gang"] == "ml/young")
+    assert {s.node for s in ext.ctx.state.reservations()[f"ml/old{DRAIN}"].slots} == {"a1", "a2"}
+    assert f"ml/young{DRAIN}" not in ext.ctx.state.reservations()
+    assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.ctx.state.reservations()
+    reason = next(g.reason for g in ext.debug_gangs() if g.gang == "ml/young")
     assert "lacked room" not in reason, reason

@@ -8,7 +8,6 @@ changes, at the next handshake, so cert-manager rotations need no restart.
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,8 +21,10 @@ from grpc_reflection.v1alpha import reflection
 from extender.adapters.grpc.errors import ErrorInterceptor
 from extender.adapters.grpc.servicer import ExtenderServicer, Handler
 from extender.adapters.kubeobjects import Translator
+from extender.adapters.tls import CertificateReloader
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
+from extender.settings import listen_address
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Extender"].full_name
 READY_POLL_SECONDS = 1.0
@@ -40,40 +41,31 @@ class TlsFiles:
     """Set: clients must present a certificate signed by this CA (mTLS)."""
 
 
-class CertificateReloader:
-    """Serves the current certificate files; ``fetch`` answers None while nothing changed."""
+class Certificates:
+    """The current certificate files as gRPC's configuration; re-read at a handshake when a
+    file changed (``adapters/tls.py``)."""
 
     def __init__(self, files: TlsFiles) -> None:
         self.files = files
-        self._stamp = self._mtimes()
-        self.initial = self._load()
+        self.reloader = CertificateReloader((files.cert_file, files.key_file, files.client_ca_file), self._load)
+        self.config = self._read()
 
-    def _paths(self) -> list[str]:
-        return [p for p in (self.files.cert_file, self.files.key_file, self.files.client_ca_file) if p]
-
-    def _mtimes(self) -> tuple[int, ...]:
-        return tuple(os.stat(p).st_mtime_ns for p in self._paths())
-
-    def _load(self) -> grpc.ServerCertificateConfiguration:
+    def _read(self) -> grpc.ServerCertificateConfiguration:
         f = self.files
         ca = Path(f.client_ca_file).read_bytes() if f.client_ca_file else None
         pair = (Path(f.key_file).read_bytes(), Path(f.cert_file).read_bytes())
         return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
 
+    def _load(self) -> None:
+        self.config = self._read()
+
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        try:
-            stamp = self._mtimes()
-            if stamp == self._stamp:
-                return None
-            config = self._load()
-        except OSError:
-            return None  # mid-rotation (a file briefly missing): keep serving the previous pair
-        self._stamp = stamp
-        return config
+        """The new configuration when a file changed, else None (keep serving the current one)."""
+        return self.config if self.reloader.check() else None
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
-            self.initial, self.fetch, require_client_authentication=bool(self.files.client_ca_file))
+            self.config, self.fetch, require_client_authentication=bool(self.files.client_ca_file))
 
 
 class GrpcServer:
@@ -103,10 +95,9 @@ class GrpcServer:
 
     def start(self) -> tuple[str, int]:
         """Bind and serve; returns (host, port) actually bound (port 0 picks a free one)."""
-        host, _, _ = self.listen.rpartition(":")
         try:
             if self.tls is not None:
-                self.port = self._server.add_secure_port(self.listen, CertificateReloader(self.tls).credentials())
+                self.port = self._server.add_secure_port(self.listen, Certificates(self.tls).credentials())
             else:
                 self.port = self._server.add_insecure_port(self.listen)
         except (RuntimeError, OSError) as exc:
@@ -117,7 +108,7 @@ class GrpcServer:
         self._server.start()
         self._poller = threading.Thread(target=self._poll_ready, name="grpc-health", daemon=True)
         self._poller.start()
-        return host.strip("[]"), self.port
+        return listen_address(self.listen)[0], self.port
 
     def stop(self, grace: float = 5.0) -> None:
         self._stop.set()

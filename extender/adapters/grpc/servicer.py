@@ -19,9 +19,9 @@ from extender.adapters.kubeobjects import Translator
 from extender.api.v1 import extender_pb2 as pb
 from extender.api.v1 import extender_pb2_grpc as pb_grpc
 from extender.core.errors import BadRequest, UnknownPod
-from extender.core.model import PodFacts
+from extender.core.model import Address, PodFacts
 from extender.core.verdicts import FilterVerdict
-from extender.whatif import GangAnswer
+from extender.service.answers import Explanation, GangAnswer, GangChange, Slices
 
 WATCH_POLL_SECONDS = 0.5
 """How often a WatchGangs stream with nothing to send checks that its client is still there."""
@@ -38,8 +38,8 @@ class Handler(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
     def plan_gang(self, pods: Sequence[PodFacts]) -> Sequence[GangAnswer]: ...
-    def explain(self, pod_key: str) -> dict | None: ...
-    def watch_gangs(self, sink: Callable[[dict], None]) -> tuple[list[dict], Callable[[], None]]: ...
+    def explain(self, pod_key: str) -> Explanation | None: ...
+    def watch_gangs(self, sink: Callable[[GangChange], None]) -> tuple[list[GangChange], Callable[[], None]]: ...
 
 
 def decode_pod(data: bytes, where: str) -> dict:
@@ -66,15 +66,20 @@ def _path(values: Sequence[str | None] | None) -> list[str]:
     return ["" if v is None else v for v in values or ()]
 
 
-def _ranks(ranks: Sequence[dict]) -> list[pb.MemberAddress]:
-    """``whatif.address_json`` rows as messages."""
-    return [pb.MemberAddress(rank=r["rank"], slice=r["slice"], pod=r["pod"], node=r["node"],
-                             domains=[pb.LevelDomain(**d) for d in r["domains"]], rails=r["rails"])
+def _ranks(ranks: Sequence[Address]) -> list[pb.MemberAddress]:
+    return [pb.MemberAddress(rank=r.rank, slice=r.slice, pod=r.pod, node=r.node,
+                             domains=[pb.LevelDomain(level=d.level, name=d.name, domain=d.domain) for d in r.domains],
+                             rails=list(r.rails))
             for r in ranks]
 
 
-def _slices(slices: dict | None) -> pb.Slices | None:
-    return None if slices is None else pb.Slices(size=slices["size"], level=slices["level"] or "", count=slices["count"])
+def _slices(slices: Slices | None) -> pb.Slices | None:
+    return None if slices is None else pb.Slices(size=slices.size, level=slices.level or "", count=slices.count)
+
+
+def _change(change: GangChange) -> pb.GangEvent:
+    return pb.GangEvent(gang=change.gang, phase=change.phase, previous=change.previous, event=change.event,
+                        reason=change.reason)
 
 
 class ExtenderServicer(pb_grpc.ExtenderServicer):
@@ -112,7 +117,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         pods = [self._pod(p, f"pods[{i}]") for i, p in enumerate(request.pods)]
         return pb.PlanGangResponse(gangs=[
             pb.GangPlan(gang=a.gang, feasible=a.feasible, level=a.level or "", domain=_path(a.domain),
-                        placement=a.placement, reason=a.reason, ranks=_ranks(a.ranks), slices=_slices(a.slices))
+                        placement=dict(a.placement), reason=a.reason, ranks=_ranks(a.ranks), slices=_slices(a.slices))
             for a in self.handler.plan_gang(pods)])
 
     def ExplainPod(self, request: pb.ExplainPodRequest, context: grpc.ServicerContext) -> pb.ExplainPodResponse:
@@ -121,30 +126,30 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         if got is None:
             raise UnknownPod(f"pod {clip(key, KEY_SHOWN_CHARS)} is unknown to railyard: it asks for no GPUs and "
                              f"names no gang, does not exist, or the watch cache has not seen it yet")
-        fit = [pb.DomainFit(domain=_path(r["domain"]), nodes=r["nodes"], gpus=r["gpus"],
-                            available_gpus=r["available_gpus"], fits=r["fits"], blocked_nodes=r["blocked_nodes"],
-                            slices=r["slices"])
-               for r in got["fit"]]
+        fit = [pb.DomainFit(domain=_path(r.domain.path), nodes=r.nodes, gpus=r.gpus, available_gpus=r.available,
+                            fits=r.fits, blocked_nodes=r.blocked_nodes, slices=r.slices)
+               for r in got.fit]
         return pb.ExplainPodResponse(
-            pod=got["pod"], gang=got["gang"], phase=got["phase"], reason=got["reason"], plan=got["plan"],
-            min_member=got["min_member"], quorum=got["min_member"], at_bind=got["at_bind"], deadline_in_seconds=got["deadline_in_seconds"],
-            pods=got["pods"], level=got["level"], fit=fit, ranks=_ranks(got["ranks"]), slices=_slices(got["slices"]))
+            pod=got.pod, gang=got.gang, phase=got.phase, reason=got.reason, plan=dict(got.plan),
+            min_member=got.min_member, quorum=got.min_member, at_bind=got.at_bind,
+            deadline_in_seconds=got.deadline_in_seconds, pods=got.pods, level=got.level, fit=fit,
+            ranks=_ranks(got.ranks), slices=_slices(got.slices))
 
     def WatchGangs(self, request: pb.WatchGangsRequest, context: grpc.ServicerContext) -> Iterator[pb.GangEvent]:
-        changes: queue.SimpleQueue[dict | None] = queue.SimpleQueue()
+        changes: queue.SimpleQueue[GangChange | None] = queue.SimpleQueue()
         listing, unsubscribe = self.handler.watch_gangs(changes.put)
         context.add_callback(lambda: changes.put(None))  # wakes the loop when the client goes away
         prefix = f"{request.namespace}/" if request.namespace else ""
         try:
             for change in listing:
-                if change["gang"].startswith(prefix):
-                    yield pb.GangEvent(**change)
+                if change.gang.startswith(prefix):
+                    yield _change(change)
             while context.is_active():
                 try:
-                    change = changes.get(timeout=WATCH_POLL_SECONDS)
+                    changed = changes.get(timeout=WATCH_POLL_SECONDS)
                 except queue.Empty:
                     continue
-                if change is not None and change["gang"].startswith(prefix):
-                    yield pb.GangEvent(**change)
+                if changed is not None and changed.gang.startswith(prefix):
+                    yield _change(changed)
         finally:
             unsubscribe()

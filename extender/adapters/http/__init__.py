@@ -1,0 +1,10 @@
+"""The HTTP face kube-scheduler talks to (k8s.io/kube-scheduler/extender/v1).
+
+    wire.py       the wire protocol as TypedDicts, field names character for character.
+    handler.py    what the verbs call and what they translate pods with (Protocols).
+    verbs/        one module per verb: decode -> handler -> encode.
+    server.py     aiohttp: the verbs, health, readiness, metrics, /debug/gangs; one except
+                  ladder for errors.
+
+Never imports the gRPC or k8s adapters (tests/test_layers.py).
+"""

@@ -4,10 +4,11 @@ neither imports the other's back."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 from extender.core.model import PodFacts
 from extender.core.verdicts import FilterVerdict
+from extender.service.answers import GangView
 
 
 class ExtenderHandler(Protocol):
@@ -16,7 +17,7 @@ class ExtenderHandler(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...  # may block for minutes
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]: ...
     def ready(self) -> bool: ...
-    def debug_gangs(self) -> list[dict]: ...
+    def debug_gangs(self) -> Sequence[GangView]: ...
 
 
 class PodTranslator(Protocol):

@@ -46,12 +46,13 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from extender.adapters.answers import gang_view_json
 from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 from extender.adapters.http.verbs import VERBS
 from extender.core.errors import BadRequest, Overloaded, RailyardError
-from extender.settings import ServerSettings
+from extender.settings import ServerSettings, listen_address
 
 log = logging.getLogger("railyard.http")
 
@@ -163,8 +164,7 @@ class ExtenderServer:
         self.limits = settings
         prefix = settings.prefix
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-        host, _, port = settings.listen.rpartition(":")
-        self._host, self._port = host.strip("[]"), int(port)
+        self._host, self._port = listen_address(settings.listen)
         self._ready_checks = dict(ready_checks or {})
         self._ssl = ssl_context
         self._counters = _Counters()
@@ -204,6 +204,7 @@ class ExtenderServer:
                 return
             started.set()
             loop.run_forever()
+            assert self._runner is not None  # _start_site made it
             loop.run_until_complete(self._runner.cleanup())
             left = asyncio.all_tasks(loop)  # connections still open: end them here, not in the GC's log
             for task in left:
@@ -350,7 +351,8 @@ class ExtenderServer:
 
     async def _debug_gangs(self, request: web.Request) -> web.Response:
         def listing() -> bytes:  # on a worker: it waits for the service lock
-            return orjson.dumps(self.handler.debug_gangs(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+            gangs = [gang_view_json(g) for g in self.handler.debug_gangs()]
+            return orjson.dumps(gangs, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
         try:
             body = await asyncio.get_running_loop().run_in_executor(self._verbs, listing)
         except Exception as exc:

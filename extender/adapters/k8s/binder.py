@@ -1,6 +1,7 @@
-"""The Binder port (``core.ports.Binder``) over the API server: Bindings, the compensating pod
-delete, evictions for preemption (the Eviction API), Events, and clearing the allocation a
-failed binding cycle left on a ResourceClaim.
+"""The writes to the API server, one client behind four ports (``core.ports``): Bindings (and
+the marks before them), Evictions (the Eviction API for preemption, the compensating pod
+delete), Events, and Claims (clearing the allocation a failed binding cycle left on a
+ResourceClaim).
 
 ``bind_all`` creates a batch of Bindings at once over the async client (``api.AsyncApi``: one
 connection pool, one thread) and returns each one's error or None; ``bind`` is one of them,
@@ -27,7 +28,7 @@ from cachetools import TTLCache
 from extender.adapters.k8s.api import Api, AsyncApi
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
 from extender.adapters.kubeobjects import binding_annotations
-from extender.core.model import BindingMark, PodFacts
+from extender.core.model import BindingMark, PodFacts, PodRef
 
 log = logging.getLogger("railyard.k8s.binder")
 
@@ -73,7 +74,8 @@ def pod_event(pod: PodFacts, reason: str, message: str, type_: str, now: datetim
 
 
 class KubeBinder:
-    """Binder implemented with the API server; ``close()`` stops the event thread."""
+    """The Bindings, Evictions, Events and Claims ports over the API server; ``close()`` stops
+    the event and claim threads."""
 
     def __init__(self, api: Api, observer: BinderObserver, *, event_interval: float = 30.0,
                  event_queue: int = 1000, timeout: float = 15.0, pool: int = 64,
@@ -95,22 +97,23 @@ class KubeBinder:
         self._claims_thread = threading.Thread(target=self._deallocate_claims, name="k8s-claims", daemon=True)
         self._claims_thread.start()
 
-    def bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> list[KubernetesError | None]:
-        """Create every (namespace, name, uid, node) Binding concurrently: per Binding None
-        (bound, or already bound to that node) or its error."""
+    def bind_all(self, bindings: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
+        """Create every (pod, node) Binding concurrently: per Binding None (bound, or already
+        bound to that node) or its error."""
         return self.writes.run(self._bind_all(bindings))
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, pod: PodRef, node: str) -> None:
         """One Binding (``bind_all``), raising its error."""
-        error = self.bind_all([(namespace, name, uid, node)])[0]
+        error = self.bind_all([(pod, node)])[0]
         if error is not None:
             raise error
 
-    async def _bind_all(self, bindings: Sequence[tuple[str, str, str, str]]) -> list[KubernetesError | None]:
-        return list(await asyncio.gather(*(self._bind(*b) for b in bindings)))
+    async def _bind_all(self, bindings: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._bind(pod, node) for pod, node in bindings)))
 
-    async def _bind(self, namespace: str, name: str, uid: str, node: str) -> KubernetesError | None:
+    async def _bind(self, pod: PodRef, node: str) -> KubernetesError | None:
         """A pod already bound to this node (a retry after a lost reply) is success."""
+        namespace, name, uid = pod.namespace, pod.name, pod.uid
         try:
             await self.writes.json("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
                                    body=binding(namespace, name, uid, node), timeout=self.timeout)
@@ -131,25 +134,26 @@ class KubeBinder:
             return None
         return (pod.get("spec") or {}).get("nodeName") or None
 
-    def mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> list[KubernetesError | None]:
+    def mark_all(self, marks: Sequence[tuple[PodRef, BindingMark]]) -> list[KubernetesError | None]:
         """Write each member's Binding round on its pod, concurrently: a JSON merge patch that
         carries the uid, so a pod recreated under the same name is refused, not marked."""
         return self.writes.run(self._mark_all(marks))
 
-    async def _mark_all(self, marks: Sequence[tuple[str, str, str, BindingMark]]) -> list[KubernetesError | None]:
-        return list(await asyncio.gather(*(self._mark(*m) for m in marks)))
+    async def _mark_all(self, marks: Sequence[tuple[PodRef, BindingMark]]) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._mark(pod, mark) for pod, mark in marks)))
 
-    async def _mark(self, namespace: str, name: str, uid: str, mark: BindingMark) -> KubernetesError | None:
-        patch = {"metadata": {"uid": uid, "annotations": binding_annotations(mark)}}
+    async def _mark(self, pod: PodRef, mark: BindingMark) -> KubernetesError | None:
+        patch = {"metadata": {"uid": pod.uid, "annotations": binding_annotations(mark)}}
         try:
-            await self.writes.json("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch,
+            await self.writes.json("PATCH", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body=patch,
                                    timeout=self.timeout, content_type="application/merge-patch+json")
             return None
         except KubernetesError as exc:
-            return type(exc)(f"marking pod {namespace}/{name} with its Binding round failed: {exc}", exc.status)
+            return type(exc)(f"marking pod {pod.key} with its Binding round failed: {exc}", exc.status)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete the pod if it still has this UID; a pod already gone is not an error."""
+    def delete_pod(self, pod: PodRef) -> None:
+        """Delete the pod if it still has its UID; a pod already gone is not an error."""
+        namespace, name, uid = pod.namespace, pod.name, pod.uid
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
             self.api.json("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, timeout=self.timeout)
@@ -158,13 +162,14 @@ class KubeBinder:
         except KubernetesError as exc:
             raise type(exc)(f"deleting pod {namespace}/{name} (uid {uid}) failed: {exc}", exc.status) from None
 
-    def evict(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> str | None:
+    def evict(self, pod: PodRef, dry_run: bool = False) -> str | None:
         """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets are
         honoured. None: evicted, or already gone (404, or another pod now has the name: 409 on
         the uid precondition); else the API server's refusal: a budget that allows no
         disruption now (429, 403) or a pod under more than one budget (500). ``dry_run``: only ask
         (``dryRun: [All]``: the API server checks the budget and changes nothing). Other
         failures raise ``KubernetesError``."""
+        namespace, name, uid = pod.namespace, pod.name, pod.uid
         options: dict[str, Any] = {"preconditions": {"uid": uid}}
         if dry_run:
             options["dryRun"] = ["All"]

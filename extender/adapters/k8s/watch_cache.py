@@ -38,7 +38,7 @@ import urllib3
 from extender.adapters.k8s.api import Api, json_lines
 from extender.adapters.k8s.errors import Gone, KubernetesError, NotFound
 from extender.adapters.kubeobjects import GROUP_APIS, Translator
-from extender.core.devices import DraFacts
+from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 log = logging.getLogger("railyard.k8s.watch")
@@ -215,7 +215,7 @@ class WatchCache:
         items: list = []
         cont = ""
         while True:
-            query = [("limit", self.page_size)]
+            query: list[tuple[str, Any]] = [("limit", self.page_size)]
             if r.field_selector:
                 query.append(("fieldSelector", r.field_selector))
             if cont:
@@ -254,7 +254,7 @@ class WatchCache:
             for ev in json_lines(resp):
                 if self._stop.is_set():
                     break
-                kind, obj = ev.get("type"), ev.get("object") or {}
+                kind, obj = ev.get("type") or "", ev.get("object") or {}
                 if kind == "ERROR":
                     code, message = obj.get("code", 0), obj.get("message", "watch error")
                     if code == 410:

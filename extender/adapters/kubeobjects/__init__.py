@@ -12,12 +12,13 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
     groups.py     each convention's group object -> GroupFacts; the precedence table
     dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
+    notes.py      a gang member's address -> the annotations railyard writes on its pod
     fields.py     defensive accessors
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from extender.adapters.kubeobjects.dra import (
     claim_template_facts,
@@ -47,7 +48,7 @@ from extender.adapters.kubeobjects.pods import (
     rank,
 )
 from extender.adapters.kubeobjects.placement import tolerations
-from extender.core.devices import DraFacts
+from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
@@ -82,7 +83,7 @@ class Translator:
         return DRA_KINDS[kind](obj)
 
 
-DRA_KINDS = {
+DRA_KINDS: dict[str, Callable[[Mapping[str, Any]], DraFacts]] = {
     "DeviceClass": device_class_facts,
     "ResourceSlice": resource_slice_facts,
     "ResourceClaim": resource_claim_facts,

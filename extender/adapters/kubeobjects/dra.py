@@ -16,7 +16,7 @@ import re
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, list_at, str_at
-from extender.core.devices import (
+from extender.core.devices.facts import (
     DRIVER,
     AllocatedDevice,
     ClaimFacts,

@@ -5,7 +5,7 @@ names its group with Volcano's annotation reads the Volcano PodGroup of that nam
 or scheduler-plugins PodGroup that shares its namespace and name (``GroupFacts.id``).
 
 Where a gang's size, timeout and topology come from; lower precedence wins, and members that
-disagree at the winning precedence are a problem of the gang (``core.gangspec``):
+disagree at the winning precedence are a problem of the gang (``core.gangs.gangspec``):
 
   0 RAILYARD  pod annotations railyard.io/min-member, railyard.io/timeout-seconds,
               railyard.io/required-topology, railyard.io/preferred-topology,
@@ -90,8 +90,9 @@ def _kubernetes(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
     return declared, problems
 
 
-def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
-    declared, problems = [], []
+def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]) -> tuple[list[Declaration], list[str]]:
+    declared: list[Declaration] = []
+    problems: list[str] = []
     if spec.get("minMember") not in (None, 0):  # Volcano's minMember 0 asks for no gang
         declared.append(Declaration(MIN_MEMBER, f"{where} spec.minMember", spec["minMember"], GROUP))
     topo = dict_at(spec, "networkTopology")

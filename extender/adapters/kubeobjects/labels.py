@@ -40,7 +40,11 @@ RAIL_GROUP = "railyard.io/rail-group"
 """The nodes that share one set of rail switches (GPU i of each reaches rail switch i)."""
 
 _TOPOGRAPH = "network.topology.nvidia.com/"
-_TOPOGRAPH_V1_TIER = re.compile(r"^fabric\.topograph\.run/tier-(\d+)$")
+NUMBERED = {"topograph-v1": ("tier-", "fabric.topograph.run/tier-"),
+            "eks": ("layer-", "topology.k8s.aws/network-node-layer-")}
+"""Presets whose levels are numbered: the short name's prefix and the label key's
+(``tier-3`` is ``fabric.topograph.run/tier-3``). Topograph v1's fabric tiers have no fixed depth."""
+_TOPOGRAPH_V1_TIER = re.compile("^" + re.escape(NUMBERED["topograph-v1"][1]) + r"(\d+)$")
 _OCI_RDMA = "oci.oraclecloud.com/rdma."
 _OCI_HOST = "oci.oraclecloud.com/host."
 OCI_NO_DATA = "no-imds-data"
@@ -69,7 +73,7 @@ PRESETS: dict[str, tuple[Level, ...]] = {
         Level("cloud.google.com/gce-topology-subblock", "subblock"),
         Level("cloud.google.com/gce-topology-host", "gce-host"),
     ),
-    "eks": tuple(Level(f"topology.k8s.aws/network-node-layer-{i}", f"layer-{i}") for i in range(1, 5)),
+    "eks": tuple(Level(f"{NUMBERED['eks'][1]}{i}", f"{NUMBERED['eks'][0]}{i}") for i in range(1, 5)),
     "oci": tuple(
         Level(_OCI_RDMA + key, name, missing=OCI_NO_DATA)
         for key, name in (("hpc_island_id", "hpc-island"), ("network_block_id", "network-block"),
@@ -99,6 +103,18 @@ _PRE_V1 = {
     **{_TOPOGRAPH + k: "either" for k in ("spine", "accelerator")},
 }
 """Pre-v1 Topograph key -> its scheme; spine and accelerator belong to both."""
+
+
+def level_key(preset: str, name: str) -> str:
+    """The label key of a preset's level by its short name (``leaf``; ``tier-3`` or ``layer-2``
+    in a numbered preset): how the text topology format's words become labels."""
+    for lvl in PRESETS[preset]:
+        if lvl.name == name:
+            return lvl.key
+    name_prefix, key_prefix = NUMBERED.get(preset, ("", ""))
+    if name_prefix and name.startswith(name_prefix) and name[len(name_prefix):].isdigit():
+        return key_prefix + name[len(name_prefix):]
+    raise KeyError(f"preset {preset} has no level named {name!r}")
 
 
 def explicit_levels(keys: Sequence[str]) -> LevelChoice:
@@ -153,7 +169,7 @@ def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
         present = {k for i in mine for k in nodes[i].labels}
         if primary == "topograph-v1":
             tiers = sorted((int(m.group(1)) for k in present if (m := _TOPOGRAPH_V1_TIER.match(k))), reverse=True)
-            levels += [Level(f"fabric.topograph.run/tier-{t}", f"tier-{t}") for t in tiers]
+            levels += [Level(level_key(primary, f"tier-{t}"), f"tier-{t}") for t in tiers]
         levels += [lvl for lvl in PRESETS[primary] if lvl.key in present]
         for old, carried in stale.items():
             if idx := [i for i in carried if i in mine]:

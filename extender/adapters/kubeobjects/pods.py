@@ -166,5 +166,5 @@ def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
     for keys in RANKS:
         values = [labels.get(k, annotations.get(k)) for k in keys]
         if all(v is not None and v.isascii() and v.isdigit() and len(v) <= 9 for v in values):
-            return tuple(int(v) for v in values)
+            return tuple(int(v) for v in values if v is not None)
     return None

@@ -7,8 +7,14 @@ A pod's effective request of each resource (k8s.io/component-helpers resource.Po
 
 A container that states only a limit requests its limit (the API server's defaulting). CPU is
 counted in millicores (rounded up, as MilliValue), every other resource in whole units
-(rounded up, as Value). GPUs must be whole numbers: ``500m`` GPUs is a problem, not 0.
-Every value is bounded before it is used (``adapters.quantity``): a pod's creator is untrusted.
+(rounded up, as Value).
+
+One rule for every request and limit, in every container kind (init, sidecar, app) and the
+overhead, the API server's own (ValidateResourceQuantityValue): unreadable or negative is a
+problem, and so is a fraction of an integer resource (``integer_resource``: ``500m`` GPUs is
+neither 0 nor 1 GPU). The problem names the container and quotes the value; a pod with a
+problem is placed nowhere. Every value is bounded before it is used (``adapters.quantity``):
+a pod's creator is untrusted.
 """
 
 from __future__ import annotations
@@ -18,13 +24,21 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.fields import dict_at, list_at, str_at
-from extender.adapters.quantity import QuantityError, json_quantity
+from extender.adapters.quantity import QuantityError, json_quantity, pod_quantity
 from extender.core.model import PODS, Resources
 
 MAX_GPUS = 4096
 """More GPUs than any node has: a larger count is a problem of the pod, not a plan."""
 MAX_RESOURCES = 64
 """Distinct resource names read from one container (the API server allows far fewer in practice)."""
+
+
+def integer_resource(name: str, gpu_resource: str) -> bool:
+    """Counted in whole units only, as Kubernetes' IsIntegerResourceName says of the names a
+    container may request: extended resources (a domain other than kubernetes.io, such as
+    nvidia.com/gpu) and ``pods``; and the GPU resource railyard places, whatever its name."""
+    return name in (gpu_resource, PODS) or ("/" in name and "kubernetes.io/" not in name
+                                            and not name.startswith("requests."))
 
 
 def units(name: str, q: Fraction) -> int:
@@ -46,16 +60,14 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resour
             problems.append(f"{where} names {len(names)} resources; railyard reads at most {MAX_RESOURCES}")
             names = names[:MAX_RESOURCES]
         for name in names:
-            value = requests[name] if name in requests else limits[name]
+            whole = integer_resource(name, gpu_resource)
             try:
-                q = json_quantity(value)
+                if name in requests and name in limits:  # the request is read; the limit must pass too
+                    pod_quantity(limits[name], f"{where} {name} limit", whole)
+                value = requests[name] if name in requests else limits[name]
+                out[name] = pod_quantity(value, f"{where} {name}", whole)
             except QuantityError as exc:
-                problems.append(f"{where} {name}: {exc}")
-                continue
-            if q < 0:
-                problems.append(f"{where} {name} must not be negative, got {q}")
-                continue
-            out[name] = q
+                problems.append(str(exc))
         return out
 
     def add(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
@@ -89,10 +101,8 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resour
 
     gpus = 0
     if gpu_resource in app:
-        q = app.pop(gpu_resource)
-        if q.denominator != 1:
-            problems.append(f"{gpu_resource} must be a whole number of GPUs, got {float(q):g}")
-        elif q > MAX_GPUS:
+        q = app.pop(gpu_resource)  # a sum of whole numbers: each value was checked where it was read
+        if q > MAX_GPUS:
             problems.append(f"{gpu_resource} must be at most {MAX_GPUS}, got {q}")
         else:
             gpus = int(q)
@@ -102,8 +112,8 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resour
 
 
 def node_allocatable(node: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resources]:
-    """(allocatable GPUs, every other allocatable resource). Unreadable values count as 0, as a
-    node the API server accepted never has them."""
+    """(allocatable GPUs, every other allocatable resource). Unreadable values, and fractions of
+    an integer resource, count as 0, as a node the API server accepted never has them."""
     status = dict_at(node, "status")
     allocatable = dict_at(status, "allocatable") or dict_at(status, "capacity")
     gpus = 0
@@ -113,10 +123,10 @@ def node_allocatable(node: Mapping[str, Any], gpu_resource: str) -> tuple[int, R
             q = json_quantity(value)
         except QuantityError:
             continue
-        if q <= 0:
+        if q <= 0 or (q.denominator != 1 and integer_resource(name, gpu_resource)):
             continue
         if name == gpu_resource:
-            gpus = min(int(q), MAX_GPUS) if q.denominator == 1 else 0
+            gpus = min(int(q), MAX_GPUS)
         else:
             out.append((name, units(name, q)))
     return gpus, tuple(sorted(out))

@@ -1,0 +1,11 @@
+"""A gang's life, as pure bookkeeping over the cluster state (time is an argument):
+
+    gangspec.py     a gang's request, built from what its members and its group declare.
+    lifecycle.py    the gang phases as a (phase, event) table parsed from its drawing.
+    settle.py       gangs of undeclared size: planned once they stop growing.
+    starvation.py   the starvation bound: a gang that lacked room too long drains a domain.
+    book.py         the gang book: reserve / unreserve / permit -> Allow | Wait | Reject,
+                    Bindings done or compensated, expiry; the only writer of a gang's record.
+    recovery.py     Binding rounds another process left partly bound: finish or undo.
+    preemption.py   a gang's preemption: which domain it clears and whom it evicts.
+"""

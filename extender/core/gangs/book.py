@@ -1,0 +1,465 @@
+"""The gang book: every gang's plan, reservation and permit decision, in kube-scheduler's
+words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over ClusterState.
+
+    filter   prepare(rec, member)          a finished round retries; an unsized gang that
+                                           grew is unreserved
+             unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
+             reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
+             preempts(rec, reason)         a preemptor's reservation says what it evicts
+             steer(rec, member, names)     the member's one planned node, or the reason (a node
+                                           kube-scheduler refused: unreserve, plan again without it;
+                                           another candidate placement is no refusal)
+    bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
+             outcome(gang, member, round)  what became of a member that waits (None: still waiting)
+             bindings_done(...)            every Binding created: bound; else the members to evict
+             compensated(...)              the evictions are done: the gang starts again whole
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    notices  what the gangs' pods should be told (Events), taken by the service
+
+Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
+every call and does the waiting and the Bindings (``extender/service/``). Only the book
+writes a record (``tests/core/gangs/test_records.py``); the others read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Sequence
+
+from extender.core import verdicts
+from extender.core.gangs import starvation
+from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
+from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
+from extender.core.placement.planner import NoPlacement, Placement, named_slots, plan_near
+from extender.core.cluster.topology import Domain, Topology
+from extender.core.ports import NullObserver, Observer
+from extender.core.cluster.state import ClusterState, Reservation, View, claim_slot
+from extender.core.verdicts import FilterVerdict
+
+GC_SECONDS = 60.0
+"""Gangs that hold nothing and have no pending pod are forgotten after this long."""
+
+BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a member that waited at permit."""
+
+    kind: str
+    """``bound``, ``failed`` (a Binding failed: compensated), ``unreserved`` or ``timed_out``."""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Allow:
+    """Every planned member waits at permit: create these Bindings (member -> (uid, node))."""
+
+    round: int
+    members: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Wait:
+    round: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    reason: str
+    unreserved: bool = False
+    """The gang holds no reservation (its round ended); else the member is not where planned."""
+
+
+PermitDecision = Allow | Wait | Reject
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the gang's pods should tell their users (a Kubernetes Event on each)."""
+
+    members: tuple[str, ...]
+    reason: str
+    """The Event's reason: GangWaiting, GangTimedOut, GangReplanned, GangCompensated, ..."""
+    message: str
+    warning: bool = True
+
+
+@dataclass(frozen=True)
+class Compensate:
+    """Some Bindings failed: evict these members (member, uid), already bound, then report
+    ``compensated`` so the gang restarts whole."""
+
+    evict: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class GangRecord:
+    """A gang as the book tracks it."""
+
+    key: str
+    first_seen: float
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    placement: Placement | None = None
+    deadline: float | None = None
+    timeout_seconds: float | None = None
+    min_member: int = 0
+    """GPU members that must wait at permit before any is allowed."""
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """member key -> (uid, node) of members waiting at permit."""
+    results: dict[str, str] = field(default_factory=dict)
+    """member key -> "" (bound) or the error, once the round's Bindings were tried."""
+    round: int = 0
+    """Bumped whenever a reservation ends, so waiting members of that round stop waiting."""
+    ended: tuple[int, Outcome] | None = None
+    """The last round that ended without binding, and how."""
+    waiting_since: float | None = None
+    """When the round's first member began to wait at permit."""
+    spec: GangSpec | None = None
+    """The request of the current plan (member eligibility: a node that no longer admits it
+    ends the plan)."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """node -> member: planned nodes kube-scheduler's own filters refused (left out of every
+    plan of this gang until it is bound)."""
+    members: tuple[str, ...] = ()
+    sized: bool = True
+    bound_at: float | None = None
+    bound_uids: set[str] = field(default_factory=set)
+    """UIDs railyard bound for this gang: never members of a later round, even while the
+    watch still shows them unbound."""
+    unplaced_since: float | None = None
+    """When planning it last started to fail for lack of room (None: it has a plan, or never
+    lacked room); past the starvation bound it drains a domain (``GangBook.starvation_seconds``)."""
+
+
+class GangBook:
+    def __init__(self, state: ClusterState, observer: Observer | None = None,
+                 on_step: Callable[[GangRecord, Phase | None, Event | None], None] | None = None,
+                 starvation_seconds: float = 0.0) -> None:
+        self.state = state
+        self.starvation_seconds = starvation_seconds
+        """A gang that has lacked room this long drains a domain (``core.gangs.starvation``); 0: never."""
+        self.observer: Observer = observer or NullObserver()
+        self.on_step = on_step
+        """Called after every transition (and once for a new gang), to publish it."""
+        self._gangs: dict[str, GangRecord] = {}
+        self.notices: list[Notice] = []
+        """What the gangs' pods should be told since the service last took them (``take_notices``)."""
+        self._leftovers = itertools.count(1)
+        self._next_gc = 0.0
+
+    def get(self, key: str) -> GangRecord | None:
+        return self._gangs.get(key)
+
+    def phase(self, key: str) -> Phase | None:
+        rec = self._gangs.get(key)
+        return rec.phase if rec is not None else None
+
+    def take_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
+
+    def records(self) -> list[GangRecord]:
+        return list(self._gangs.values())
+
+    def __len__(self) -> int:
+        return len(self._gangs)
+
+    def record(self, key: str, now: float) -> GangRecord:
+        rec = self._gangs.get(key)
+        if rec is None:
+            rec = self._gangs[key] = GangRecord(key, now)
+            self._publish(rec, None, None)
+        return rec
+
+    # -- filter ------------------------------------------------------------------------------
+
+    def prepare(self, rec: GangRecord, member: str) -> None:
+        if rec.phase in (Phase.TIMED_OUT, Phase.REJECTED, Phase.BOUND):
+            self._step(rec, Event.RETRY)
+        if rec.phase in RESERVED and not rec.sized and member not in rec.members:
+            self.unreserve(rec, Event.RETRY, verdicts.gang_grew(rec.key, member))
+
+    def unsettled(self, rec: GangRecord, reason: str) -> None:
+        """A PENDING gang of undeclared size got a member recently (``core.gangs.settle``): it is
+        not planned yet and holds nothing; ``reason`` says until when."""
+        rec.reason = reason
+        rec.placement = None
+        self._step(rec, Event.UNSETTLED)
+
+    def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
+                homes: Sequence[Domain] = (), view: View | None = None) -> None:
+        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
+
+        ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
+        refused for the gang before are left out too. ``homes``: for a new round of a running
+        gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
+        plan on this instead of the state's (a preemptor, on the state without its victims)."""
+        drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
+        view = view or self.state.view()
+        refused = {*refused, *rec.refused}
+        # A drained gang lands where it drained; else in the first of its homes that holds it.
+        result = starvation.inside(spec, view, drain, refused) or plan_near(spec, view, refused, homes)
+        topo = self.state.topology
+        rec.waiting.clear()
+        rec.results.clear()
+        rec.sized = spec.sized
+        if isinstance(result, NoPlacement):
+            rec.reason = verdicts.explain_no_placement(topo, result)
+            rec.placement = None
+            if not result.invalid:
+                rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
+                rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
+                                               lambda g: self._gangs.get(g))
+            self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
+            if rec.phase == Phase.REJECTED:
+                self.observer.gang_finished("rejected")
+            return
+        rec.unplaced_since = None
+        rec.deadline = now + spec.timeout_seconds
+        rec.timeout_seconds = spec.timeout_seconds
+        rec.spec = spec
+        rec.waiting_since = None
+        rec.placement = result
+        rec.members = tuple(m.key for m in spec.members)
+        gpu_slots = tuple(s for s in result.slots if s.gpus > 0)
+        rec.min_member = len(gpu_slots)
+        rec.reason = verdicts.explain_placement(topo, result)
+        if spec.timeout_capped_from is not None:
+            capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
+            rec.reason += f"; {capped}"
+            self.notices.append(Notice(rec.members, "GangTimeoutCapped", capped))
+        self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
+        self._step(rec, Event.PLANNED)
+        self._report()
+
+    def preempts(self, rec: GangRecord, reason: str) -> None:
+        """A preemptor's new reservation: its reason says what it evicts, and where."""
+        rec.reason = reason
+
+    def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str]) -> FilterVerdict:
+        """The member's one planned node; the reason on every other node. A planned node the
+        scheduler's own filters refused (absent from ``names``) is left out from now on and
+        the gang is unreserved, to be planned again at once."""
+        if rec.phase not in HOLDING:
+            failed = {n: rec.reason for n in names}
+            return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
+        slot = self.state.slot_of(pod.key)
+        if slot is None:
+            slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
+            if slot is not None:
+                # A member created after planning is a member all the same: deleting it must
+                # unreserve the gang like deleting any other; the plan names it from now on.
+                rec.members = (*rec.members, pod.key)
+                rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
+                if rec.spec is not None and rec.spec.timeout_capped_from is not None:  # told like the rest
+                    self.notices.append(Notice((pod.key,), "GangTimeoutCapped", verdicts.timeout_capped(
+                        rec.key, rec.spec.timeout_capped_from, rec.spec.timeout_seconds)))
+        if slot is None:
+            reason = verdicts.one_too_many(rec.key, rec.min_member, pod.key)
+            return FilterVerdict((), {}, {n: reason for n in names})
+        if slot.node in names:
+            reason = verdicts.reserved_node(rec.key, slot.node, pod.key,
+                                            verdicts.where_planned(self.state.topology, rec.placement))
+            return FilterVerdict((slot.node,), {n: reason for n in names if n != slot.node})
+        if another_placement(self.state.topology, names, slot.node):
+            # kube-scheduler's pod-group cycle (KEP-5732) tries each candidate placement in turn
+            # with only its nodes: one without the planned node is not a refusal of it.
+            where = verdicts.where_planned(self.state.topology, rec.placement)
+            return FilterVerdict((), {n: verdicts.reserved_node(rec.key, slot.node, pod.key, where) for n in names})
+        rec.refused[slot.node] = pod.key
+        reason = verdicts.node_refused(slot.node, pod.key, rec.key, sorted(rec.refused))
+        self.unreserve(rec, Event.RETRY, reason)
+        return FilterVerdict((), {n: reason for n in names})
+
+    # -- permit --------------------------------------------------------------------------------
+
+    def permit(self, gang: str, member: str, uid: str, node: str, now: float = 0.0) -> PermitDecision:
+        rec = self._gangs[gang]
+        if rec.phase not in RESERVED:
+            return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
+        slot = self.state.slot_of(member)
+        if slot is None or slot.node != node:
+            return Reject(verdicts.wrong_node(member, node, gang, slot.node if slot else None))
+        rec.waiting[member] = (uid, node)
+        if len(rec.waiting) < rec.min_member:
+            if rec.waiting_since is None:
+                rec.waiting_since = now
+            self._step(rec, Event.MEMBER_WAITING)
+            self.notices.append(Notice((member,), "GangWaiting", verdicts.waiting(
+                rec.key, len(rec.waiting), rec.min_member, now - rec.waiting_since,
+                (rec.deadline or now) - now), warning=False))
+            return Wait(rec.round)
+        self._step(rec, Event.ALLOWED)
+        return Allow(rec.round, dict(rec.waiting))
+
+    def outcome(self, gang: str, member: str, round_: int) -> Outcome | None:
+        rec = self._gangs.get(gang)
+        if rec is None:
+            return Outcome(UNRESERVED, f"gang {gang} is no longer tracked")
+        if rec.round == round_:
+            if member not in rec.results:
+                return None
+            error = rec.results[member]
+            return Outcome(FAILED, error) if error else Outcome(BOUND)
+        if rec.ended is not None and rec.ended[0] == round_:
+            return rec.ended[1]
+        return Outcome(UNRESERVED, rec.reason)
+
+    def deadline(self, gang: str) -> float:
+        rec = self._gangs.get(gang)
+        return rec.deadline if rec is not None and rec.deadline is not None else 0.0
+
+    def bindings_done(self, gang: str, results: dict[str, str], members: dict[str, tuple[str, str]],
+                      now: float) -> Compensate | None:
+        """Every member's Binding result ("" or the error). All bound: the gang is BOUND (None).
+        Otherwise the members bound so far are to be evicted."""
+        rec = self._gangs[gang]
+        if any(results.values()):
+            return Compensate(tuple((k, members[k][0]) for k, error in results.items() if not error))
+        rec.results = dict(results)
+        rec.refused.clear()
+        rec.bound_at = now
+        rec.bound_uids.update(uid for uid, _ in members.values())
+        rec.reason = verdicts.gang_bound(gang, len(members))
+        self._step(rec, Event.BOUND)
+        self.observer.gang_finished("bound")
+        self.observer.gang_time_to_bind(now - rec.first_seen)
+        # Slots are consumed as the watch shows each pod bound (or deleted); until then they stay
+        # reserved, under a key of their own so that a next round of the gang (a new member,
+        # filtered before the watch caught up) can plan.
+        held = self.state.release(gang)
+        if held is not None:
+            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", held.slots, math.inf, bound=True))
+        return None
+
+    def compensated(self, gang: str, results: dict[str, str], eviction_errors: dict[str, str]) -> None:
+        """The bound members were evicted (or failed to be): the gang holds nothing again."""
+        rec = self._gangs[gang]
+        failed = {k: e for k, e in results.items() if e}
+        failed.update(eviction_errors)
+        reason = verdicts.compensated(gang, len(failed), len(results), next(iter(failed.values())))
+        rec.results = {k: reason for k in results}
+        self.state.release(gang)
+        rec.reason = reason
+        self.notices.append(Notice(tuple(results), "GangCompensated", reason))
+        self._step(rec, Event.BIND_FAILED)
+        self.observer.gang_finished("compensated")
+        self._report()
+
+    # -- cluster events and time -----------------------------------------------------------------
+
+    def unreserve(self, rec: GangRecord, event: Event, reason: str, kind: str = UNRESERVED) -> None:
+        """Give back every slot of the gang; members waiting at permit are rejected."""
+        self.state.release(rec.key)
+        rec.reason = reason
+        told = tuple(dict.fromkeys([*rec.waiting, *rec.members]))
+        self.notices.append(Notice(told, "GangTimedOut" if kind == TIMED_OUT else "GangReplanned", reason))
+        self._step(rec, event)
+        rec.ended = (rec.round, Outcome(kind, reason))
+        rec.round += 1
+        rec.waiting.clear()
+        self._report()
+
+    def member_deleted(self, gang: str, member: str, reason: str = "") -> bool:
+        rec = self._gangs.get(gang)
+        if rec is None or rec.phase not in RESERVED or member not in rec.members:
+            return False
+        self.unreserve(rec, Event.MEMBER_LOST, reason or verdicts.member_deleted(member, gang))
+        return True
+
+    def node_deleted(self, name: str) -> bool:
+        changed = False
+        for rec in list(self._gangs.values()):
+            if rec.phase in RESERVED and rec.placement and any(
+                    s.node == name for s in rec.placement.slots):
+                self.unreserve(rec, Event.NODE_LOST, verdicts.node_deleted(name, rec.key))
+                changed = True
+        return changed
+
+    def node_changed(self, node: NodeFacts) -> bool:
+        """A node of a waiting plan that no longer takes its members (cordoned, NotReady, or a
+        taint a member does not tolerate) ends the plan at once: unreserve, plan again."""
+        changed = False
+        for rec in list(self._gangs.values()):
+            if rec.phase not in RESERVED or rec.placement is None:
+                continue
+            if not any(s.node == node.name for s in rec.placement.slots):
+                continue
+            reason = _unusable(node, rec.spec)
+            if reason is not None:
+                self.unreserve(rec, Event.NODE_LOST, verdicts.node_unusable(node.name, reason, rec.key))
+                changed = True
+        return changed
+
+    def expire(self, now: float) -> bool:
+        """Time out gangs whose deadline passed before every member waited at permit."""
+        changed = False
+        starvation.lapse(self.state, now)
+        for key in self.state.expired(now):
+            rec = self._gangs.get(key)
+            if rec is not None and rec.phase in RESERVED:
+                missing = [m for m in rec.members if m not in rec.waiting]
+                reason = verdicts.timed_out(rec.key, len(rec.waiting), rec.min_member, rec.timeout_seconds, missing)
+                self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
+                self.observer.gang_finished("timed_out")
+                changed = True
+        return changed
+
+    def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
+        """Forget gangs that hold nothing and have no pod left waiting (bounded memory)."""
+        if now < self._next_gc:
+            return
+        self._next_gc = now + GC_SECONDS
+        for key, rec in list(self._gangs.items()):
+            if rec.phase in HOLDING or has_pending(key):
+                continue
+            if rec.bound_at is not None and now - rec.bound_at < GC_SECONDS:
+                continue
+            del self._gangs[key]
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _step(self, rec: GangRecord, event: Event) -> None:
+        previous = rec.phase
+        rec.phase = next_phase(rec.phase, event)
+        self._publish(rec, previous, event)
+
+    def _publish(self, rec: GangRecord, previous: Phase | None, event: Event | None) -> None:
+        if self.on_step is not None:
+            self.on_step(rec, previous, event)
+
+    def _report(self) -> None:
+        res = self.state.reservations()
+        self.observer.reservations(len(res), sum(r.gpus for r in res.values()))
+
+
+def another_placement(topo: Topology, names: Sequence[str], planned: str) -> bool:
+    """The nodes offered all share one value of some level's label, and the planned node has
+    another: a candidate placement of kube-scheduler's pod-group cycle (by label value, as its
+    TopologyPlacement plugin groups nodes), not the planned node's domain."""
+    at = topo.index.get(planned)
+    offered = [topo.index[n] for n in names if n in topo.index]
+    if at is None or not offered:
+        return False
+    for lvl in range(topo.depth):
+        values = {topo.node_paths[i][lvl] for i in offered}
+        if len(values) == 1 and None not in values and topo.node_paths[at][lvl] not in values:
+            return True
+    return False
+
+
+def _unusable(node: NodeFacts, spec: GangSpec | None) -> str | None:
+    """Why the node no longer takes the gang's GPU members, or None."""
+    if node.unschedulable:
+        return "cordoned"
+    if not node.ready:
+        return "not ready"
+    members = [e for gpus, e in spec.slots() if gpus > 0] if spec is not None else []
+    for t in node.taints:
+        if t.effect in BLOCKING_EFFECTS and not all(tolerates_all(e.tolerations, (t,)) for e in members):
+            return f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+    return None

@@ -1,0 +1,147 @@
+"""A gang's request, built from what its members and its group declare.
+
+Each role (size, timeout, required and preferred level, slice size and level) takes the declaration with the lowest
+precedence found among the members and the group; members that declare different values at
+that precedence are a problem of the gang. Values are bounded before anything is sized by
+them: a pod's creator is not trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from extender.core.model import (
+    MIN_MEMBER,
+    PREFERRED,
+    REQUIRED,
+    SLICE_LEVEL,
+    SLICE_SIZE,
+    TIMEOUT,
+    Declaration,
+    GangSpec,
+    GroupFacts,
+    Member,
+    PodFacts,
+)
+
+MAX_MIN_MEMBER = 100_000
+"""Largest gang railyard plans (slots for missing members are allocated up to this)."""
+MAX_TIMEOUT_SECONDS = 86_400
+
+
+def group_of(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> GroupFacts | None:
+    """The group object the pod's convention names (by ``GroupFacts.id``), if there is one."""
+    group_id = pod.gang.group_id
+    return groups.get(group_id) if group_id is not None else None
+
+
+def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
+          running: int = 0, max_timeout: float = 0.0) -> GangSpec:
+    """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
+
+    ``running``: members of the gang already bound and running; they count toward min-member,
+    so replacements for a running gang's lost members are planned as a round of their own.
+    ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
+    calls first); 0: no cap.
+    """
+    problems: list[str] = list(group.problems if group else ())
+    decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
+    owner = {id(d): p.key for p in pods for d in p.declarations}
+
+    def chosen(role: str) -> Declaration | None:
+        found = sorted((d for d in decls if d.role == role), key=lambda d: d.precedence)
+        if not found:
+            return None
+        first = [d for d in found if d.precedence == found[0].precedence]
+        seen: dict[str, str] = {}
+        for d in first:
+            seen.setdefault(str(d.value), owner.get(id(d), d.source))
+        if len(seen) > 1:
+            (v1, p1), (v2, p2) = list(seen.items())[:2]
+            problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
+        return first[0]
+
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
+    min_member = len(members)
+    size = chosen(MIN_MEMBER)
+    if size is not None:
+        min_member = positive_int(size.value, size.source, MAX_MIN_MEMBER, problems, default=len(members))
+    timeout = default_timeout
+    found = chosen(TIMEOUT)
+    if found is not None:
+        timeout = float(positive_int(found.value, found.source, MAX_TIMEOUT_SECONDS, problems,
+                                     default=int(default_timeout)))
+    capped_from = None
+    if max_timeout and timeout > max_timeout:
+        capped_from, timeout = timeout, max_timeout
+    required, preferred = chosen(REQUIRED), chosen(PREFERRED)
+    if len(members) > min_member:
+        problems.append(f"{len(members)} members but min-member is {min_member}")
+    problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
+    spec = GangSpec(
+        key=key,
+        members=members,
+        min_member=min_member,
+        timeout_seconds=timeout,
+        required=str(required.value).strip() if required else None,
+        preferred=str(preferred.value).strip() if preferred else None,
+        invalid=tuple(problems),
+        sized=size is not None,
+        timeout_capped_from=capped_from,
+    )
+    spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
+    if running and min_member - len(members) > 0:
+        # A round of replacements is planned beside the running members, not in slices of
+        # its own (docs/reference.md, Slices).
+        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None)
+    return spec
+
+
+def _sliced(spec: GangSpec, size: Declaration | None, level: Declaration | None, problems: list[str]) -> GangSpec:
+    """The gang with its slice request, or with the reason it cannot have it. Unlike Kueue,
+    which places the pods past the last whole slice anywhere, a size must divide the gang."""
+    if size is None and level is None:
+        return spec
+    if size is None or level is None:
+        given = size or level
+        assert given is not None
+        problems.append(f"{given.source} is set without a slice {'topology level' if size else 'size'}: "
+                        f"a slice needs both")
+        return replace(spec, invalid=tuple(problems))
+    before = len(problems)
+    count = positive_int(size.value, size.source, MAX_MIN_MEMBER, problems, default=0)
+    pods = sum(1 for gpus, _ in spec.slots() if gpus > 0)
+    if count > pods:
+        problems.append(f"{size.source} is {count}, more than the gang's {pods} GPU pods")
+    elif count and pods % count:
+        fitting = [d for d in range(1, pods + 1) if pods % d == 0]
+        shown = ", ".join(map(str, fitting[:12])) + (", ..." if len(fitting) > 12 else "")
+        problems.append(f"{size.source} {count} does not cut the gang's {pods} GPU pods into whole slices "
+                        f"(sizes that do: {shown})")
+    if len(problems) > before:
+        return replace(spec, invalid=tuple(problems))
+    return replace(spec, slice_size=count, slice_level=str(level.value).strip(), invalid=tuple(problems))
+
+
+def positive_int(value: object, source: str, maximum: int, problems: list[str], default: int) -> int:
+    """A positive integer of at most ``maximum`` from JSON or annotation text (ASCII digits only)."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.isdigit():
+            number = int(text) if len(text) <= 18 else maximum + 1
+    if number is None or number <= 0:
+        problems.append(f"{source} must be a positive integer, got {_quoted(value)}")
+        return default
+    if number > maximum:
+        problems.append(f"{source} must be at most {maximum}, got {_quoted(value)}")
+        return default
+    return number
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

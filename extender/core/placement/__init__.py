@@ -1,0 +1,9 @@
+"""Where a gang goes, against a view of the counters (the algorithm: ``planner.py``):
+
+    eligibility.py  where a pod may run: the node filters of kube-scheduler railyard models.
+    packing.py      how a gang's pods fill nodes: the building blocks of planner and slices.
+    slices.py       slices: every run of S consecutive ranks inside one domain of a level.
+    rails.py        rail-aligned placement of a gang's partial-node members.
+    planner.py      whole-gang placement: the narrowest level, best fit, ranks in order.
+    address.py      where each planned member sits: rank, slice, domain per level, rails.
+"""

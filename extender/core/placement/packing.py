@@ -1,0 +1,215 @@
+"""How a gang's pods fill nodes: the building blocks of ``planner`` (whole gangs) and ``slices``
+(slices of consecutive ranks).
+
+- ``PodClass``: a gang's GPU slots of equal (GPUs, eligibility), with per node ``cap`` (how many
+  of them the node holds alone) and ``may`` (whether one may run there at all, GPUs aside).
+- ``Left``: what a plan has left on each node, GPUs and every requested resource, as it takes
+  slots (a negative take gives them back).
+- ``allocate``: the slots of some classes inside one domain, using the fewest child domains
+  recursively (the best-fitting child when one holds the rest, else the largest and again);
+  first-fit decreasing when that fails.
+- ``fits``: how many pods of the classes a domain holds, largest shapes first.
+
+``Taken`` is what a plan takes: node index -> class index -> pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Collection, Sequence
+
+from extender.core.placement.eligibility import label_mask, room
+from extender.core.model import Eligibility, GangSpec, Member
+from extender.core.cluster.state import View
+from extender.core.cluster.topology import Domain, Topology
+
+Taken = dict[int, dict[int, int]]
+
+
+@dataclass
+class PodClass:
+    gpus: int
+    eligibility: Eligibility
+    count: int
+    cap: list[int] = field(default_factory=list)
+    """Per node index, pods of this class the node holds alone."""
+    may: list[bool] = field(default_factory=list)
+    """Per node index, whether a pod of this class may run there at all (GPUs aside)."""
+
+    def counted(self, count: int) -> "PodClass":
+        """``count`` pods of the same class (its per-node numbers shared)."""
+        return PodClass(self.gpus, self.eligibility, count, self.cap, self.may)
+
+
+def classes_of(gang: GangSpec) -> list[PodClass]:
+    """GPU slots grouped by (GPUs, eligibility), largest pods first."""
+    counts: dict[tuple[int, Eligibility], int] = {}
+    for gpus, e in gang.slots():
+        if gpus > 0:
+            counts[(gpus, e)] = counts.get((gpus, e), 0) + 1
+    return [PodClass(g, e, n) for (g, e), n in sorted(counts.items(), key=lambda kv: -kv[0][0])]
+
+
+def rank_order(members: Sequence[Member]) -> list[Member]:
+    """Members by rank index (those without one last), then by name: the order slots are given in."""
+    return sorted(members, key=lambda m: (m.rank is None, m.rank or (), m.key))
+
+
+def usable_nodes(view: View, refused: Collection[str], within: Domain | None) -> list[bool]:
+    """Per node: takes placements at all (not blocked, not refused, inside ``within``)."""
+    topo = view.topology
+    usable = [b is None for b in view.blocked]
+    for name in refused:
+        i = topo.index.get(name)
+        if i is not None:
+            usable[i] = False
+    if within is not None and within.level >= 0:
+        usable = [u and within.start <= i < within.end for i, u in enumerate(usable)]
+    return usable
+
+
+def fill_caps(view: View, c: PodClass, usable: Sequence[bool]) -> None:
+    """Fill c.may (labels, taints, usable, one pod's other resources) and c.cap per node."""
+    mask = label_mask(view, c.eligibility)
+    requests = c.eligibility.requests
+    g = c.gpus
+    free, alloc, taken = view.free, view.allocatable, view.taken
+    rooms = [room(requests, alloc[i], taken[i]) if usable[i] and mask[i] else 0 for i in range(len(free))]
+    c.may = [r > 0 for r in rooms]
+    c.cap = [min(free[i] // g, r) if r and free[i] >= g else 0 for i, r in enumerate(rooms)]
+
+
+def available(view: View, classes: list[PodClass]) -> list[int]:
+    """Free GPUs on each node some pod of the gang may run on (0 elsewhere)."""
+    return [f if f > 0 and any(c.may[i] for c in classes) else 0 for i, f in enumerate(view.free)]
+
+
+class Left:
+    """What a plan has left on each node: GPUs and every requested resource. Only what it took
+    is stored, so one costs nothing to make however many nodes the cluster has."""
+
+    def __init__(self, view: View, avail: list[int]) -> None:
+        self.view = view
+        self.avail = avail
+        """Free GPUs per node before the plan (read only)."""
+        self.spent: dict[int, int] = {}
+        self.used: dict[int, dict[str, int]] = {}
+        self.fresh = True
+        """Nothing taken yet: every class's ``cap`` still holds as computed."""
+
+    def gpus(self, i: int) -> int:
+        return self.avail[i] - self.spent.get(i, 0)
+
+    def gpus_in(self, start: int, end: int) -> list[int]:
+        """GPUs left on each node of [start, end)."""
+        if not self.spent:
+            return self.avail[start:end]
+        spent, avail = self.spent, self.avail
+        return [avail[i] - spent.get(i, 0) for i in range(start, end)]
+
+    def cap(self, c: PodClass, i: int) -> int:
+        if not c.cap[i]:
+            return 0
+        taken = self.view.taken[i]
+        extra = self.used.get(i)
+        if extra:
+            taken = {k: taken.get(k, 0) + extra.get(k, 0) for k in {*taken, *extra}}
+        return min(self.gpus(i) // c.gpus, room(c.eligibility.requests, self.view.allocatable[i], taken))
+
+    def take(self, c: PodClass, i: int, n: int) -> None:
+        """Take n pods of class c on node i (n < 0 gives them back)."""
+        self.fresh = False
+        self.spent[i] = self.spent.get(i, 0) + n * c.gpus
+        extra = self.used.setdefault(i, {})
+        for name, amount in c.eligibility.requests:
+            extra[name] = extra.get(name, 0) + n * amount
+
+    def give_back(self, classes: list[PodClass], taken: Taken) -> None:
+        for node, per_class in taken.items():
+            for k, n in per_class.items():
+                self.take(classes[k], node, -n)
+
+
+def ffd(left: Left, classes: list[PodClass], start: int, end: int) -> Taken | None:
+    """First-fit decreasing over nodes [start, end), taken from ``left``; None (and ``left`` as
+    it was) when the classes do not fit."""
+    taken: Taken = {}
+    for k, c in enumerate(classes):
+        got, short = _first_fit(left, c, start, end)
+        for j, n in got.items():
+            taken.setdefault(j, {})[k] = n
+        if short:
+            left.give_back(classes, taken)
+            return None
+    return taken
+
+
+def allocate(topo: Topology, left: Left, dom: Domain, classes: list[PodClass]) -> Taken | None:
+    """Take every class inside dom using the fewest child domains, FFD if that fails; None (and
+    ``left`` as it was) when not even FFD fits them."""
+    taken: Taken = {}
+    for k, c in enumerate(classes):
+        if not c.count:
+            continue
+        caps = c.cap[dom.start:dom.end] if left.fresh else [left.cap(c, i) for i in range(dom.start, dom.end)]
+        slot_prefix = [0, *accumulate(caps)]
+        free_prefix = [0, *accumulate(left.gpus_in(dom.start, dom.end))]
+        got: list[tuple[int, int]] = []
+        if slot_prefix[-1] < c.count or not fewest_children(
+                topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):
+            left.give_back(classes, taken)
+            return ffd(left, classes, dom.start, dom.end)
+        for node, n in got:
+            left.take(c, node, n)
+            taken.setdefault(node, {})[k] = taken.get(node, {}).get(k, 0) + n
+    return taken
+
+
+def fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
+                    slots: list[int], free: list[int], base: int, out: list[tuple[int, int]]) -> bool:
+    """Take k slots of `size` GPUs inside domain (lvl, d); append (node, pods) to out."""
+    if lvl == topo.depth:
+        out.append((d, k))
+        return True
+    child_lvl = lvl + 1
+
+    def cap(c: int) -> int:
+        return slots[topo.end[child_lvl][c] - base] - slots[topo.start[child_lvl][c] - base]
+
+    def leftover(c: int, n: int) -> int:
+        return free[topo.end[child_lvl][c] - base] - free[topo.start[child_lvl][c] - base] - n * size
+
+    pool = sorted((c for c in topo.children(lvl, d) if cap(c) > 0), key=lambda c: (-cap(c), c))
+    remaining = k
+    for pos, c in enumerate(pool):
+        if cap(c) >= remaining:
+            # The rest fits in one child: the best-fitting one among those large enough.
+            fitting = [x for x in pool[pos:] if cap(x) >= remaining]
+            best = min(fitting, key=lambda x: (leftover(x, remaining), x))
+            return fewest_children(topo, child_lvl, best, remaining, size, slots, free, base, out)
+        fewest_children(topo, child_lvl, c, cap(c), size, slots, free, base, out)
+        remaining -= cap(c)
+    return remaining == 0
+
+
+def fits(view: View, classes: list[PodClass], avail: list[int], dom: Domain) -> int:
+    """How many pods of the gang fit in dom, largest shapes first."""
+    left = Left(view, avail)
+    return sum(c.count - _first_fit(left, c, dom.start, dom.end)[1] for c in classes)
+
+
+def _first_fit(left: Left, c: PodClass, start: int, end: int) -> tuple[dict[int, int], int]:
+    """Take the class's pods on nodes [start, end) in order, as many as each holds: (node ->
+    pods taken, pods that found no room)."""
+    got: dict[int, int] = {}
+    count = c.count
+    for j in range(start, end):
+        if count == 0:
+            break
+        n = min(count, left.cap(c, j))
+        if n:
+            left.take(c, j, n)
+            count -= n
+            got[j] = n
+    return got, count
