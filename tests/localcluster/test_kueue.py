@@ -17,7 +17,7 @@ import yaml
 from extender.localcluster import binaries, cli, cluster, config, kueue, kustomize, pki
 from extender.localcluster.errors import ClusterError
 
-from .fakes import fake_cache, write
+from .fakes import fake_cache, status_output, write
 
 PORTS = config.Ports(etcd_client=1, etcd_peer=2, apiserver=3, scheduler=4, kwok=5, extender=6, extender_grpc=7,
                      kueue_webhook=9443, kueue_health=8081, kueue_metrics=8443)
@@ -300,30 +300,12 @@ def test_cli_flags_reach_the_options():
     assert parser.parse_args(["cluster", "build"]).with_kueue is False
 
 
-def test_status_shows_kueue_from_the_state_file(tmp_path, capsys):
-    import argparse
-    import json
-
-    from extender.localcluster import processes
-
-    workdir = tmp_path / "w"
-    processes.start(workdir, "kueue", ["sleep", "60"])
-    try:
-        (workdir / "cluster.json").write_text(json.dumps({
-            "phase": "running", "apiServer": "https://127.0.0.1:3", "nodes": 1, "extender": None,
-            "kubeconfig": "k", "kueue": {"version": "v0.17.0", "webhooks": "https://127.0.0.1:9443",
-                                         "health": "http://127.0.0.1:8081",
-                                         "metrics": "https://127.0.0.1:8443/metrics",
-                                         "topologyAwareScheduling": False}}))
-        parser = argparse.ArgumentParser()
-        cli.add_parser(parser.add_subparsers())
-        args = parser.parse_args(["cluster", "status", "--workdir", str(workdir)])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        assert "kueue           running" in out
-        assert "kueue           v0.17.0  webhooks https://127.0.0.1:9443" in out and "TAS off" in out
-    finally:
-        cluster.down(workdir)
+def test_status_shows_kueue_from_the_state_file(tmp_path):
+    out = status_output(tmp_path / "w", "kueue", {"kueue": {
+        "version": "v0.17.0", "webhooks": "https://127.0.0.1:9443", "health": "http://127.0.0.1:8081",
+        "metrics": "https://127.0.0.1:8443/metrics", "topologyAwareScheduling": False}})
+    assert "kueue           running" in out
+    assert "kueue           v0.17.0  webhooks https://127.0.0.1:9443" in out and "TAS off" in out
 
 
 def test_the_stored_kueue_config_is_yaml_kueue_can_read(tmp_path):

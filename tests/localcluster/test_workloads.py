@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from extender.localcluster import binaries, cli, cluster, processes, workloads
+from extender.localcluster import binaries, cli, cluster, workloads
 from extender.localcluster.errors import ClusterError
 
-from .fakes import fake_cache
+from .fakes import fake_cache, status_output
 
 PORTS = workloads.Ports(webhook=9443, health=8081, metrics=8443)
 
@@ -181,20 +181,10 @@ def test_workload_controllers_without_kube_controller_manager_are_refused(tmp_pa
     assert not (tmp_path / "w").exists()
 
 
-def test_status_shows_each_controller_from_the_state_file(tmp_path, capsys):
-    workdir = tmp_path / "w"
-    processes.start(workdir, "jobset", ["sleep", "60"])
-    try:
-        (workdir / "cluster.json").write_text(json.dumps({
-            "phase": "running", "apiServer": "https://127.0.0.1:3", "nodes": 1, "extender": None,
-            "kubeconfig": "k", "workloadControllers": {"jobset": {
-                "version": "v0.12.0", "webhooks": "https://127.0.0.1:9443", "health": "http://127.0.0.1:8081",
-                "metrics": "https://127.0.0.1:8443/metrics"}}}))
-        args = _parser().parse_args(["cluster", "status", "--workdir", str(workdir)])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        assert "jobset          running" in out
-        assert ("jobset          v0.12.0  webhooks https://127.0.0.1:9443, health http://127.0.0.1:8081, "
-                "metrics https://127.0.0.1:8443/metrics") in out
-    finally:
-        cluster.down(workdir)
+def test_status_shows_each_controller_from_the_state_file(tmp_path):
+    out = status_output(tmp_path / "w", "jobset", {"workloadControllers": {"jobset": {
+        "version": "v0.12.0", "webhooks": "https://127.0.0.1:9443", "health": "http://127.0.0.1:8081",
+        "metrics": "https://127.0.0.1:8443/metrics"}}})
+    assert "jobset          running" in out
+    assert ("jobset          v0.12.0  webhooks https://127.0.0.1:9443, health http://127.0.0.1:8081, "
+            "metrics https://127.0.0.1:8443/metrics") in out
