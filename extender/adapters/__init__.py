@@ -9,6 +9,7 @@
     answers.py    the service's read-only answers as JSON (/debug/gangs, ``railyard plan``).
     metrics.py    every Prometheus collector railyard exports (the Observer port).
     tls.py        certificate files re-read when they change, for the HTTPS and gRPC servers.
+    slurm.py      railyard's topology tree as Slurm's topology.conf / topology.yaml.
     periodic.py   a call repeated on a daemon thread (the certificate reloader, the ticker).
     k8s/          the API server: list and watch into the service, Bindings, evictions, Events.
     http/         the kube-scheduler extender wire protocol over HTTP.

@@ -33,7 +33,6 @@ from typing import Sequence
 import yaml
 
 from extender.core.cluster.topology import Topology
-from extender.core.verdicts import level_word
 
 TREE, BLOCK = "railyard-tree", "railyard-block"
 """The topologies' names in topology.yaml, and in Slinky's node annotation."""
@@ -102,7 +101,7 @@ def build(topo: Topology, block_level: str | None = None, short_names: bool = Fa
     blevel = _block_level(topo, block_level)
     switches, leaf_of = _switches(topo, tiers, node_names)
     blocks, sizes, block_of = _blocks(topo, blevel, node_names)
-    words = [level_word(topo, lvl) for lvl in range(topo.depth)]
+    words = [topo.level_word(lvl) for lvl in range(topo.depth)]
     notes = [f"written by `railyard topology` from the labels of {len(topo.names)} nodes; levels "
              f"{' > '.join(words)} (railyard.io/domain.<level> on each gang member)", *topo.problems]
     tree_note = (f"switch tiers: {' > '.join(words[:tiers]) or 'none (every level is an NVLink level)'}"
@@ -214,7 +213,7 @@ def _block_level(topo: Topology, asked: str | None) -> int:
     if asked is not None:
         lvl = topo.level_index(asked)
         if lvl is None or lvl >= topo.depth:
-            known = ", ".join(level_word(topo, i) for i in range(topo.depth))
+            known = ", ".join(topo.level_word(i) for i in range(topo.depth))
             raise SlurmTopologyError(f"block level {asked!r} is not a level of this cluster (levels: {known})")
         return lvl
     nvlink = [lvl for lvl in range(topo.depth) if is_nvlink(topo, lvl)]
@@ -268,7 +267,7 @@ def _path(topo: Topology, lvl: int, d: int) -> tuple[str, ...]:
     """The domain's path as name parts: each value made safe, a missing one ``no-<level>-<node>``
     (such a domain holds its one node)."""
     node = topo.names[topo.start[lvl][d]]
-    return tuple(_UNSAFE.sub("-", v) if v is not None else f"no-{_UNSAFE.sub('-', level_word(topo, i))}-{node}"
+    return tuple(_UNSAFE.sub("-", v) if v is not None else f"no-{_UNSAFE.sub('-', topo.level_word(i))}-{node}"
                  for i, v in enumerate(topo.paths[lvl][d]))
 
 

@@ -2,6 +2,7 @@
 
     serve.py    ``railyard serve``: the extender, as app.py wires it.
     plan.py     ``railyard plan``: what-if placement over files, offline.
+    topology.py ``railyard topology``: the cluster's tree as Slurm's topology files, offline.
     explain.py  ``railyard explain``: why a pod waits, asked of a running extender over gRPC.
     demo.py     ``railyard demo``: a local cluster, the extender and sample gangs, then a report.
 """

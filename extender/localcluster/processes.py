@@ -42,9 +42,17 @@ def log_path(workdir: Path, name: str) -> Path:
     return Path(workdir) / "logs" / f"{name}.log"
 
 
+SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+"""The directory holding the ``extender`` package this code was imported from."""
+
+
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without proxy settings, plus ``extra``."""
+    """This process's environment without proxy settings, plus ``extra``. Python processes the
+    cluster starts (the extender) import this railyard's own code (``SOURCE_ROOT`` first on
+    ``PYTHONPATH``): they run in the workdir, where ``python -m extender`` would otherwise find
+    whatever railyard the interpreter has installed, not the checkout that started them."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
 from extender.localcluster import processes
 
@@ -71,3 +73,14 @@ def test_port_in_use_is_detected():
         port = sock.getsockname()[1]
         assert processes.port_in_use(port)
     assert not processes.port_in_use(processes.free_port())
+
+
+def test_python_processes_the_cluster_starts_import_this_railyard(tmp_path, monkeypatch):
+    """The extender runs in the workdir: without this, ``python -m extender`` there imports the
+    railyard the interpreter has installed, which may be another checkout."""
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = processes.clean_env()
+    assert env["PYTHONPATH"].split(os.pathsep) == [processes.SOURCE_ROOT, "/elsewhere"]
+    out = subprocess.run([sys.executable, "-c", "import extender; print(extender.__file__)"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(Path(processes.SOURCE_ROOT) / "extender" / "__init__.py")
