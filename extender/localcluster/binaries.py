@@ -1,8 +1,9 @@
 """Build (once per machine and version) the control-plane binaries from the Go module proxy.
 
 The versions are pinned in exactly one place: the ``require`` lines of the helper modules
-under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``, and, built only when asked
-for, ``tools/kueue`` for the optional Kueue manager and ``tools/helm`` for the chart's tests).
+under ``tools/`` (``tools/kube``, ``tools/etcd``, ``tools/kwok``; and, built only when asked
+for, ``tools/kueue`` for Kueue's manager, ``tools/jobset``, ``tools/lws`` and ``tools/trainer``
+for the workload controllers of ``workloads.py``, and ``tools/helm`` for the chart's tests).
 ``tools/kube`` pins the default Kubernetes version; each further ``tools/kube-<minor>`` pins
 another one (``--kubernetes-version``), and a helper module whose go.mod has a ``toolchain`` line
 is built with that toolchain (``GOTOOLCHAIN``, fetched from the Go module proxy).
@@ -28,7 +29,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -71,10 +73,12 @@ class Component:
     packages: dict[str, str]
     """Binary name -> main package path."""
     answers_version: bool = True
-    """The binaries print their version for ``--version``. Kueue's manager has no such flag:
-    its build info (``go version -m``) is read instead."""
+    """The binaries print their version for ``--version``. Kueue's, JobSet's and Trainer's
+    managers have no such flag: their build info (``go version -m``) is read instead."""
     version_args: tuple[str, ...] = ("--version",)
     """The arguments that make the binaries print their version (helm: ``version``)."""
+    version_variable: str | None = None
+    """The Go string variable the project's own Makefile sets to the release tag with ``-X``."""
 
     def version(self, tools_dir: Path = TOOLS_DIR) -> str:
         """The version the helper module's go.mod requires, e.g. ``v1.37.2``."""
@@ -88,16 +92,14 @@ class Component:
     def ldflags(self, version: str) -> list[str]:
         """``-X`` flags that make ``--version`` honest.
 
-        Kubernetes' component-base defaults to ``v0.0.0-master``, Kueue's
-        ``pkg/version.GitVersion`` to ``v0.0.0-main`` (its Makefile sets it from the git tag; the
-        manager logs it at start) and helm's ``internal/version.version`` to its minor only
-        (``v4.3``; its Makefile sets the tag). etcd (``api/v3/version.Version``) and kwok
-        (``pkg/consts.Version``) carry their release in the source of the tagged module.
+        Kubernetes' component-base defaults to ``v0.0.0-master``; ``version_variable`` defaults
+        to ``v0.0.0-main`` (Kueue, JobSet, LWS: their Makefiles set it from the git tag, the
+        managers log it at start) or to the minor only (helm's ``internal/version.version``,
+        ``v4.3``). etcd (``api/v3/version.Version``) and kwok (``pkg/consts.Version``) carry their
+        release in the source of the tagged module; Trainer v2.3.0 has no version variable at all.
         """
-        if self.name == "kueue":
-            return [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}"]
-        if self.name == "helm":
-            return [f"-X helm.sh/helm/v4/internal/version.version={version}"]
+        if self.version_variable:
+            return [f"-X {self.version_variable}={version}"]
         if not self.is_kubernetes:
             return []
         match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
@@ -153,6 +155,29 @@ KUEUE = Component(
     module="sigs.k8s.io/kueue",
     packages={"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
     answers_version=False,
+    version_variable="sigs.k8s.io/kueue/pkg/version.GitVersion",
+)
+JOBSET = Component(
+    name="jobset",
+    tool_dir="jobset",
+    module="sigs.k8s.io/jobset",
+    packages={"jobset": "sigs.k8s.io/jobset"},  # main.go at the module root
+    answers_version=False,
+    version_variable="sigs.k8s.io/jobset/pkg/version.GitVersion",
+)
+LWS = Component(
+    name="lws",
+    tool_dir="lws",
+    module="sigs.k8s.io/lws",
+    packages={"lws": "sigs.k8s.io/lws/cmd"},  # prints "Version: <GitVersion>" for --version
+    version_variable="sigs.k8s.io/lws/pkg/version.GitVersion",
+)
+TRAINER = Component(
+    name="trainer",
+    tool_dir="trainer",
+    module="github.com/kubeflow/trainer/v2",
+    packages={"trainer": "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
+    answers_version=False,
 )
 #: Helm v4, for the chart's tests only (tests/manifests/test_chart.py, tests/e2e/test_helm.py).
 #: Helm 3 gets security fixes only, until 2027-02-10 (helm.sh blog "Helm 3 End of Life"); the
@@ -163,12 +188,15 @@ HELM = Component(
     module="helm.sh/helm/v4",
     packages={"helm": "helm.sh/helm/v4/cmd/helm"},
     version_args=("version", "--short"),
+    version_variable="helm.sh/helm/v4/internal/version.version",
 )
 COMPONENTS = (ETCD, KWOK, KUBERNETES, KUBE_CONTROLLER_MANAGER)  # smallest first: early failures come early
-#: Built only when asked for (``cluster build --with-kueue``, ``cluster up --with-kueue``,
-#: ``cluster build --with-helm``): every cluster needs COMPONENTS, few need Kueue, only the
-#: chart's tests need helm, and each cold build adds minutes.
-OPTIONAL_COMPONENTS = (KUEUE, HELM)
+#: Built only when asked for (``cluster build --with-kueue``, ``--with-jobset``...,
+#: ``--with-helm``): every cluster needs COMPONENTS, few need the others, only the chart's tests
+#: need helm, and each cold build adds minutes.
+OPTIONAL_COMPONENTS = (KUEUE, JOBSET, LWS, TRAINER, HELM)
+#: The workload controllers by name (``Binaries.workload_controllers``, ``workloads.py``).
+WORKLOAD_COMPONENTS = {c.name: c for c in (JOBSET, LWS, TRAINER)}
 
 
 def required_version(go_mod: Path, module: str) -> str:
@@ -239,6 +267,8 @@ class Binaries:
     """None when not asked for (``ensure(controllers=False)``)."""
     kubernetes_version: str = ""
     """The version of kube-apiserver, kube-scheduler and kube-controller-manager, e.g. ``v1.37.2``."""
+    workload_controllers: dict[str, Path] = field(default_factory=dict)
+    """Workload controller managers asked for (``ensure(workload_controllers=("jobset",))``), by name."""
 
 
 def cached_dir(component: Component, root: Path | None = None, tools_dir: Path = TOOLS_DIR) -> Path:
@@ -258,15 +288,21 @@ def ensure(
     with_kueue: bool = False,
     kubernetes_version: str | None = None,
     controllers: bool = True,
+    workload_controllers: Collection[str] = (),
 ) -> Binaries:
     """Every binary, from the cache or freshly built; raises BuildError with one clear line.
 
     ``kubernetes_version``: one of ``kubernetes_versions()`` (None = the default);
-    ``controllers``: also kube-controller-manager of that version.
+    ``controllers``: also kube-controller-manager of that version; ``workload_controllers``:
+    names of workload controllers (keys of ``WORKLOAD_COMPONENTS``) to build too.
     """
     root = root or cache_root()
+    unknown = sorted(set(workload_controllers) - set(WORKLOAD_COMPONENTS))
+    if unknown:
+        raise BuildError(f"unknown workload controller {unknown[0]!r}; known: {', '.join(WORKLOAD_COMPONENTS)}")
     kube, kcm = kubernetes_components(kubernetes_version, tools_dir)
-    wanted = (ETCD, KWOK, kube) + ((kcm,) if controllers else ()) + ((KUEUE,) if with_kueue else ())
+    wanted = ((ETCD, KWOK, kube) + ((kcm,) if controllers else ()) + ((KUEUE,) if with_kueue else ())
+              + tuple(WORKLOAD_COMPONENTS[n] for n in workload_controllers))
     dirs = {c.name: ensure_component(c, root, tools_dir, log) for c in wanted}
     return Binaries(
         etcd=dirs["etcd"] / "etcd",
@@ -276,6 +312,7 @@ def ensure(
         kueue=dirs["kueue"] / "kueue" if with_kueue else None,
         kube_controller_manager=dirs[kcm.name] / "kube-controller-manager" if controllers else None,
         kubernetes_version=kube.version(tools_dir),
+        workload_controllers={n: dirs[n] / n for n in workload_controllers},
     )
 
 
@@ -451,8 +488,9 @@ def build_info_names(build_info: str, module: str, version: str) -> bool:
 def module_dir(component: Component, tools_dir: Path = TOOLS_DIR) -> Path:
     """The pinned module's source tree in GOMODCACHE (``go mod download`` first, so it is there).
 
-    Kueue's CRDs and webhook configurations are read from here at ``cluster up``: they belong to
-    the same version as the binary and are never copied into this repository.
+    The CRDs and webhook configurations of Kueue and the workload controllers are read from here
+    at ``cluster up``: they belong to the same version as the binary and are never copied into
+    this repository.
     """
     version = component.version(tools_dir)
     go = find_go()

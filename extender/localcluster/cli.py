@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from extender.localcluster import binaries, cluster, replicas
+from extender.localcluster import binaries, cluster, replicas, workloads
 from extender.localcluster.errors import ClusterError
 
 
@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "cluster",
         help="run a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok; "
-             "optionally Kueue) with fake GPU nodes",
+             "optionally Kueue, JobSet, LeaderWorkerSet, Kubeflow Trainer) with fake GPU nodes",
         description="A real local control plane on 127.0.0.1 with kwok GPU nodes. See docs/local-cluster.md.",
     )
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -60,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "integrations pod and batch/job")
     up.add_argument("--kueue-feature-gates", type=_gates, default={}, metavar="NAME=BOOL,...",
                     help="Kueue feature gates, e.g. TopologyAwareScheduling=false (TAS is on by default)")
+    _with_controllers(up, "also run")
     up.add_argument("--replicas", type=int, default=1, metavar="N",
                     help="kube-scheduler + railyard pairs (default 1); above 1 the schedulers elect a "
                          "leader on a Lease in kube-system, as the manifests' two replicas do")
@@ -103,6 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _kubernetes_version(build, "build this pinned Kubernetes version instead (repeatable)", repeat=True)
     build.add_argument("--with-helm", action="store_true",
                        help="also build helm (tools/helm; optional, for the chart's tests in tests/manifests and tests/e2e)")
+    _with_controllers(build, "also build")
     build.set_defaults(func=run_build)
 
 
@@ -111,6 +113,15 @@ def _kubernetes_version(parser: argparse.ArgumentParser, text: str, repeat: bool
                         action="append" if repeat else "store", default=[] if repeat else None, metavar="VERSION",
                         help=f"{text}, e.g. 1.38.0-beta.0 (pinned by tools/kube*/go.mod; `cluster build` "
                              "lists them; default: tools/kube's)")
+
+
+def _with_controllers(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--with-jobset``, ``--with-lws``, ``--with-trainer`` (docs/local-cluster.md)."""
+    for name, controller in workloads.CONTROLLERS.items():
+        needs = "".join(f" and {workloads.CONTROLLERS[n].title}" for n in controller.needs)
+        parser.add_argument(f"--with-{name}", dest="workload_controllers", action="append_const", const=name, default=[],
+                            help=f"{verb} {controller.title}{needs} (tools/{controller.component.tool_dir}; "
+                                 "its CRDs and webhooks on 127.0.0.1)")
 
 
 def _workdir(parser: argparse.ArgumentParser) -> None:
@@ -163,6 +174,7 @@ def run_up(args: argparse.Namespace) -> int:
         runtime_config=args.runtime_config,
         kueue=args.kueue,
         kueue_feature_gates=args.kueue_feature_gates,
+        workload_controllers=tuple(args.workload_controllers),
         replicas=args.replicas,
         extender_settings=dict(args.extender_settings),
         gpus_as_dra=args.gpus_as_dra,
@@ -207,6 +219,9 @@ def run_status(args: argparse.Namespace) -> int:
             tas = "on" if kueue.get("topologyAwareScheduling") else "off"
             print(f"kueue           {kueue.get('version')}  webhooks {kueue.get('webhooks')}, "
                   f"health {kueue.get('health')}, metrics {kueue.get('metrics')}, TAS {tas}")
+        for name, controller in (state.get("workloadControllers") or {}).items():
+            print(f"{name:15} {controller.get('version')}  webhooks {controller.get('webhooks')}, "
+                  f"health {controller.get('health')}, metrics {controller.get('metrics')}")
         print(f"kubeconfig      {state.get('kubeconfig')}")
     return 0 if all(p.running for p in procs) else 1
 
@@ -242,8 +257,10 @@ def run_restart_replica(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     try:
+        wanted = workloads.resolve(args.workload_controllers)
         for version in args.kubernetes_versions or [None]:
-            bins = binaries.ensure(with_kueue=args.with_kueue, kubernetes_version=version)
+            bins = binaries.ensure(with_kueue=args.with_kueue, kubernetes_version=version,
+                                   workload_controllers=wanted)
         if args.with_helm:
             binaries.ensure_helm()
     except ClusterError as exc:

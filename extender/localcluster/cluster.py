@@ -4,11 +4,12 @@ Order of ``up``: check the workdir and every input (nothing started yet) -> bina
 once per machine and Kubernetes version) -> PKI and kubeconfig -> etcd -> kube-apiserver
 (/readyz) -> nodes and filler pods -> kwok (/healthz) -> extender (/readyz) -> kube-scheduler
 (/readyz, informers synced) -> kube-controller-manager (its controllers built; not with
-``--no-controllers``) -> with ``--with-kueue``: Kueue's CRDs (Established), its manager
-(/readyz), its webhook configurations (until the API server calls them) -> every node listed.
-The extender starts before the scheduler so the scheduler's first pod never meets a missing
-extender. Any failure, Ctrl-C included, stops what was started before the error is raised:
-``up`` never leaves a half cluster running.
+``--no-controllers``) -> with ``--with-kueue``: Kueue (``managers.py``: CRDs Established,
+manager /readyz, webhook configurations until the API server calls them) -> with
+``--with-jobset`` and the other workload controllers: each the same way (``workloads.py``) ->
+every node listed. The extender starts before the scheduler so the scheduler's first pod never
+meets a missing extender. Any failure, Ctrl-C included, stops what was started before the error
+is raised: ``up`` never leaves a half cluster running.
 
 Workdir layout::
 
@@ -18,6 +19,7 @@ Workdir layout::
     <workdir>/logs/<name>.log     each component's output
     <workdir>/pki/  etcd/  scheduler-config.yaml  kwok-stages.yaml
     <workdir>/kueue-config.yaml  kueue/certs/   with --with-kueue
+    <workdir>/<controller>-config.yaml  <controller>/   with --with-jobset, --with-lws, --with-trainer
 """
 
 from __future__ import annotations
@@ -26,28 +28,24 @@ import dataclasses
 import importlib.util
 import json
 import shutil
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Sequence, TextIO
 
-import urllib3
 import yaml
 
-from extender.localcluster import binaries as binaries_mod
+from extender.localcluster import binaries as binaries_mod, kustomize, managers, workloads
 from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster.apiclient import CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy
 from extender.localcluster.errors import ClusterError
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
-COMPONENTS = ("kueue", "kube-controller-manager", "kube-scheduler", "extender", "kwok", "kube-apiserver", "etcd")
+COMPONENTS = ("trainer", "lws", "jobset", "kueue", "kube-controller-manager", "kube-scheduler", "extender", "kwok",
+              "kube-apiserver", "etcd")
 DEFAULT_WORKDIR = Path(".railyard/cluster")
-#: Concurrent node/pod creations: enough to keep the API server busy on 2 cores.
-CREATE_PARALLELISM = 16
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,9 @@ class UpOptions:
     kueue_feature_gates: dict[str, bool] = field(default_factory=dict)
     """Kueue feature gates (its Configuration's ``featureGates``), e.g.
     ``{"TopologyAwareScheduling": False}``; unset gates keep Kueue's defaults."""
+    workload_controllers: tuple[str, ...] = ()
+    """Workload controllers to run (``--with-jobset``, ``--with-lws``, ``--with-trainer``): names
+    of ``workloads.CONTROLLERS``; Trainer brings JobSet."""
     gpus_as_dra: bool = False
     """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
     replicas: int = 1
@@ -107,6 +108,8 @@ class ClusterInfo:
     pids: dict[str, int] = field(default_factory=dict)
     kueue: dict[str, Any] | None = None
     """What runs of Kueue (version, URLs, feature gates), as ``cluster.json`` records it."""
+    workload_controllers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The workload controllers that run (version, URLs), by name."""
 
 
 def _say(log: TextIO, message: str) -> None:
@@ -139,13 +142,18 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     problems = kueue_mod.gate_problems(options.kueue_feature_gates) if options.kueue else []
     if problems:
         raise ClusterError("; ".join(problems))
+    wanted = workloads.resolve(options.workload_controllers)
+    if wanted and not options.controllers:
+        raise ClusterError(f"--with-{wanted[0]} needs kube-controller-manager (its Jobs and StatefulSets have "
+                           "no pods without it); drop --no-controllers")
     bins = options.binaries or binaries_mod.ensure(
         log=log, with_kueue=options.kueue, kubernetes_version=options.kubernetes_version,
-        controllers=options.controllers)
+        controllers=options.controllers, workload_controllers=wanted)
     if options.controllers and bins.kube_controller_manager is None:
         raise ClusterError("the binaries given have no kube-controller-manager; build it "
                            "(`railyard cluster build`) or run with --no-controllers")
     kueue_sources = _kueue_sources(bins) if options.kueue else None
+    controller_sources = workloads.load_sources(wanted, bins)
 
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -154,7 +162,8 @@ def up(options: UpOptions, log: TextIO = sys.stderr) -> ClusterInfo:
     except OSError as exc:
         raise ClusterError(f"cannot use workdir {workdir}: {exc.strerror or exc}") from exc
     try:
-        info = _start_all(workdir, options, node_set, custom_config, bins, kueue_sources, log, started)
+        info = _start_all(workdir, options, node_set, custom_config, bins, kueue_sources, controller_sources,
+                          log, started)
     except BaseException as exc:
         _say(log, "start failed; stopping what was started")
         down(workdir, log=log, quiet=True)
@@ -170,7 +179,8 @@ def _start_all(
     node_set: nodes_mod.NodeSet,
     custom_config: dict[str, Any] | None,
     bins: binaries_mod.Binaries,
-    kueue_sources: kueue_mod.Sources | None,
+    kueue_sources: kustomize.Sources | None,
+    controller_sources: dict[str, kustomize.Sources],
     log: TextIO,
     started: float,
 ) -> ClusterInfo:
@@ -192,7 +202,7 @@ def _start_all(
 
     _say(log, f"starting etcd on 127.0.0.1:{ports.etcd_client}")
     etcd = processes.start(workdir, "etcd", config.etcd_args(bins.etcd, workdir / "etcd", ports), env)
-    wait_healthy(workdir, etcd, lambda: _http_ok(f"http://{config.HOST}:{ports.etcd_client}/health"), timeout)
+    wait_healthy(workdir, etcd, lambda: http_ok(f"http://{config.HOST}:{ports.etcd_client}/health"), timeout)
 
     _say(log, f"starting kube-apiserver on {api_url}")
     apiserver = processes.start(
@@ -210,7 +220,7 @@ def _start_all(
     stages_file.write_text(config.kwok_stages_text())
     _say(log, "starting kwok")
     kwok = processes.start(workdir, "kwok", config.kwok_args(bins.kwok, kubeconfig_file, stages_file, ports), env)
-    wait_healthy(workdir, kwok, lambda: _http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
+    wait_healthy(workdir, kwok, lambda: http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
 
     ha = len(replicas) > 1
     for replica in replicas:
@@ -235,7 +245,7 @@ def _start_all(
                 workdir, replica.extender_name,
                 config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
                                      settings_file=settings_file), env)
-            wait_healthy(workdir, extender, lambda: _http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
+            wait_healthy(workdir, extender, lambda: http_ok(f"http://{config.HOST}:{p.extender}/readyz"), timeout)
     for replica in replicas:
         p = replica.ports
         _say(log, f"starting {replica.scheduler_name}" + (" (extender on)" if ext_url else " (no extender)")
@@ -246,7 +256,7 @@ def _start_all(
                                   leader_elect=ha) + kube_extra, env)
         wait_healthy(
             workdir, scheduler,
-            lambda: _http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
+            lambda: http_ok(f"https://{config.HOST}:{p.scheduler}/readyz", insecure=True), timeout)
 
     if controllers is not None:
         assert bins.kube_controller_manager is not None
@@ -255,7 +265,7 @@ def _start_all(
             workdir, "kube-controller-manager",
             config.controller_manager_args(bins.kube_controller_manager, kubeconfig_file, ports) + kube_extra, env)
         health = f"https://{config.HOST}:{ports.controller_manager}/healthz?verbose"
-        wait_healthy(workdir, manager, lambda: config.CONTROLLER_MANAGER_READY in (_http_text(health, insecure=True) or ""),
+        wait_healthy(workdir, manager, lambda: config.CONTROLLER_MANAGER_READY in (http_text(health, insecure=True) or ""),
                      timeout)
 
     kueue_state = None
@@ -263,19 +273,23 @@ def _start_all(
         assert bins.kueue is not None
         kueue_state = _start_kueue(workdir, api, pki, ports, bins.kueue, kueue_sources, kubeconfig_file,
                                    options.kueue_feature_gates, env, log, timeout)
+    workload_state = workloads.start(workdir, api, pki, bins, controller_sources, kubeconfig_file,
+                                        [p for r in replicas for p in r.ports.as_dict().values()], env, log, timeout)
 
     missing = api.missing_nodes(node_set.names)
     if missing:
         raise ClusterError(f"{len(missing)} nodes are missing after creation, e.g. {missing[0]}")
     seconds = time.monotonic() - started
     _write_state(workdir, ports, kubeconfig_file, api_url, ext_url, len(node_set.nodes), "running", kueue_state,
-                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers)
+                 replicas=replicas, kubernetes=bins.kubernetes_version, controllers=controllers,
+                 workload_controllers=workload_state)
     _say(log, f"cluster ready in {seconds:.0f}s: {len(node_set.nodes)} nodes; "
               f"export KUBECONFIG={kubeconfig_file}")
     return ClusterInfo(
         workdir=workdir, kubeconfig=kubeconfig_file, api_url=api_url, ports=ports,
         extender_url=ext_url, nodes=len(node_set.nodes), seconds=seconds,
         pids={p.name: p.pid for p in processes.recorded(workdir)}, kueue=kueue_state,
+        workload_controllers=workload_state,
     )
 
 
@@ -286,7 +300,7 @@ def _controllers_state(ports: config.Ports, feature_gates: dict[str, bool]) -> d
             "featureGates": dict(feature_gates)}
 
 
-def _kueue_sources(bins: binaries_mod.Binaries) -> kueue_mod.Sources:
+def _kueue_sources(bins: binaries_mod.Binaries) -> kustomize.Sources:
     """Kueue's CRDs and webhook configurations from its module, and its metrics cert: checked
     before anything starts."""
     if bins.kueue is None:
@@ -298,51 +312,30 @@ def _kueue_sources(bins: binaries_mod.Binaries) -> kueue_mod.Sources:
 
 def _start_kueue(
     workdir: Path,
-    api: "ApiClient",
+    api: ApiClient,
     pki: pki_mod.Pki,
     ports: config.Ports,
     binary: Path,
-    sources: kueue_mod.Sources,
+    sources: kustomize.Sources,
     kubeconfig_file: Path,
     feature_gates: dict[str, bool],
     env: dict[str, str],
     log: TextIO,
     timeout: float,
 ) -> dict[str, Any]:
-    """Install Kueue's CRDs, run its manager, then register its webhooks; return its state."""
+    """Install and run Kueue (``managers.py``); return its state."""
     version = binaries_mod.KUEUE.version()
-    base = kueue_mod.webhook_base(ports)
-    ca = pki.ca_cert.read_bytes()
-    _say(log, f"installing Kueue {version}: namespace {kueue_mod.NAMESPACE}, {len(sources.crds)} CRDs")
-    api.create("/api/v1/namespaces", {
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue_mod.NAMESPACE}})
-    crds = kueue_mod.bind_crds(sources.crds, base, ca)
-    for crd in crds:
-        api.create(kueue_mod.CRD_PATH, crd)
-    deadline = time.monotonic() + timeout
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        while not api.crd_established(name):
-            if time.monotonic() > deadline:
-                raise ClusterError(f"Kueue CRD {name} not Established after {timeout:.0f}s")
-            time.sleep(0.2)
-
-    cert_dir = workdir / "kueue" / "certs"
-    pki_mod.issue_serving_cert(pki, cert_dir / "tls.crt", cert_dir / "tls.key", "kueue-webhooks")
-    config_file = workdir / "kueue-config.yaml"
-    config_file.write_text(config.dump_yaml(kueue_mod.manager_config(ports, cert_dir, feature_gates)))
-    _say(log, f"starting Kueue {version}: webhooks on {base}")
-    kueue = processes.start(workdir, "kueue", kueue_mod.manager_args(binary, config_file, kubeconfig_file), env)
-    wait_healthy(workdir, kueue, lambda: _http_ok(f"http://{config.HOST}:{ports.kueue_health}/readyz"), timeout)
-
-    # Only now: the pod webhook fails every pod creation (failurePolicy Fail) while it is unreachable.
-    for webhook_config in kueue_mod.bind_webhooks(sources.webhook_configurations, base, ca):
-        api.create(kueue_mod.WEBHOOK_PATHS[webhook_config["kind"]], webhook_config)
-    wait_healthy(workdir, kueue, api.kueue_gates_pods, timeout)
+    cert_dir, config_file = workdir / "kueue" / "certs", workdir / "kueue-config.yaml"
+    managers.start(workdir, api, pki, managers.Manager(
+        name="kueue", title=f"Kueue {version}", sources=sources, webhook_port=ports.kueue_webhook,
+        health_port=ports.kueue_health, cert_dir=cert_dir, config_file=config_file,
+        config=kueue_mod.manager_config(ports, cert_dir, feature_gates),
+        argv=kueue_mod.manager_args(binary, config_file, kubeconfig_file), env=env,
+        probe=kueue_mod.gates_pods, namespace=kueue_mod.NAMESPACE), log, timeout)
     gates = kueue_mod.effective_gates(feature_gates)
     return {
         "version": version,
-        "webhooks": base,
+        "webhooks": kueue_mod.webhook_base(ports),
         "health": f"http://{config.HOST}:{ports.kueue_health}",
         "metrics": f"https://{config.HOST}:{ports.kueue_metrics}/metrics",
         "frameworks": list(kueue_mod.FRAMEWORKS),
@@ -422,45 +415,11 @@ def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
     return ports, [config.Replica(1, ports), *more]
 
 
-def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], bool], timeout: float) -> None:
-    """Poll ``check`` until it passes; fail at once if the process dies, with its log tail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not processes.is_alive(proc):
-            raise ClusterError(
-                f"{proc.name} exited during startup; last lines of {processes.log_path(workdir, proc.name)}:\n"
-                + processes.tail(processes.log_path(workdir, proc.name)))
-        if check():
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(
-                f"{proc.name} not healthy after {timeout:.0f}s; see {processes.log_path(workdir, proc.name)}")
-        time.sleep(0.2)
-
-
-def _http_ok(url: str, insecure: bool = False) -> bool:
-    return _http_text(url, insecure) is not None
-
-
-def _http_text(url: str, insecure: bool = False) -> str | None:
-    """The body of a 200 answer, or None."""
-    context = None
-    if url.startswith("https"):
-        context = ssl.create_default_context()
-        if insecure:  # kube-scheduler and kube-controller-manager serve a self-signed cert made in memory
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:
-            return response.read().decode("utf-8", "replace") if response.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-
-
 def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_url: str,
                  ext_url: str | None, nodes: int, phase: str, kueue: dict[str, Any] | None = None,
                  replicas: Sequence[config.Replica] = (), kubernetes: str = "",
-                 controllers: dict[str, Any] | None = None) -> None:
+                 controllers: dict[str, Any] | None = None,
+                 workload_controllers: dict[str, dict[str, Any]] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
         "kubernetes": kubernetes, "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
@@ -471,6 +430,8 @@ def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_
         state["leaderLease"] = "/".join(config.LEADER_LEASE)
     if kueue is not None:
         state["kueue"] = kueue
+    if workload_controllers:
+        state["workloadControllers"] = workload_controllers
     (workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
 
 
@@ -479,76 +440,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-# ------------------------------------------------------------------- API access
-
-class ApiClient:
-    """Just enough of the Kubernetes API for setup, over one pooled urllib3 connection pool.
-
-    The kubernetes package's models cost about a millisecond per Node to (de)serialize;
-    creating 1,000 nodes from 16 threads is bound by the API server only this way.
-    """
-
-    def __init__(self, api_url: str, pki: pki_mod.Pki, maxsize: int = CREATE_PARALLELISM) -> None:
-        self._pool = urllib3.PoolManager(
-            num_pools=2, maxsize=maxsize, block=True,
-            cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
-            cert_file=str(pki.admin_cert), key_file=str(pki.admin_key),
-            timeout=urllib3.Timeout(connect=2, read=30), retries=False,
-        )
-        self._url = api_url
-
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json") -> tuple[int, bytes]:
-        data = None if body is None else nodes_mod.dumps(body)
-        response = self._pool.request(
-            method, self._url + path, body=data,
-            headers={"Content-Type": content_type, "Accept": "application/json"})
-        return response.status, response.data
-
-    def ok(self, path: str) -> bool:
-        try:
-            return self.request("GET", path)[0] == 200
-        except urllib3.exceptions.HTTPError:
-            return False
-
-    def create(self, path: str, obj: dict[str, Any]) -> None:
-        """POST ``obj``; an object that already exists is fine (a retried create)."""
-        status, data = self.request("POST", path, obj)
-        if status not in (200, 201, 202, 409):
-            name = obj.get("metadata", {}).get("name")
-            raise ClusterError(f"creating {obj.get('kind')} {name} failed: HTTP {status}: {_api_message(data)}")
-
-    def crd_established(self, name: str) -> bool:
-        status, data = self.request("GET", f"{kueue_mod.CRD_PATH}/{name}")
-        if status != 200:
-            return False
-        conditions = json.loads(data).get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-    def kueue_gates_pods(self) -> bool:
-        """True once a dry-run pod with a queue name comes back gated: the API server calls
-        Kueue's pod webhook (it picks up new webhook configurations within a second or so)."""
-        try:
-            status, data = self.request("POST", "/api/v1/namespaces/default/pods?dryRun=All", kueue_mod.probe_pod())
-        except urllib3.exceptions.HTTPError:
-            return False
-        return status in (200, 201) and kueue_mod.is_gated(json.loads(data))
-
-    def missing_nodes(self, names: list[str]) -> list[str]:
-        status, data = self.request("GET", "/api/v1/nodes")
-        if status != 200:
-            raise ClusterError(f"listing nodes failed: HTTP {status}: {_api_message(data)}")
-        present = {item["metadata"]["name"] for item in json.loads(data)["items"]}
-        return [n for n in names if n not in present]
-
-
-def _api_message(data: bytes) -> str:
-    try:
-        return json.loads(data).get("message", "")
-    except ValueError:
-        return data[:200].decode("utf-8", "replace")
 
 
 def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
@@ -581,7 +472,7 @@ def create_dra(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
                                      content_type="application/merge-patch+json")
             if code != 200:
                 raise ClusterError(f"allocating ResourceClaim {claim['metadata']['name']} failed: "
-                                   f"HTTP {code}: {_api_message(data)}")
+                                   f"HTTP {code}: {api_message(data)}")
 
 
 # ------------------------------------------------------------------ down/status

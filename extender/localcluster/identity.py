@@ -30,7 +30,7 @@ _PATHS: dict[str, tuple[str, str, bool]] = {
 
 
 class Api(Protocol):
-    """The admin client ``cluster.ApiClient`` offers."""
+    """The admin client ``apiclient.ApiClient`` offers."""
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]: ...
     def create(self, path: str, obj: dict[str, Any]) -> None: ...

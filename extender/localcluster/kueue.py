@@ -26,18 +26,14 @@ that shape this module (``cmd/kueue/main.go``, ``pkg/config``, ``pkg/visibility`
 
 from __future__ import annotations
 
-import base64
-import copy
 import datetime
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from extender.localcluster import pki as pki_mod
+from extender.localcluster import kustomize, managers, pki as pki_mod
+from extender.localcluster.apiclient import ApiClient
 from extender.localcluster.config import HOST, Ports
 from extender.localcluster.errors import ClusterError
 
@@ -60,75 +56,19 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-WEBHOOK_PATHS = {
-    "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-}
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the Workload CRD is 1.4 MB of YAML
+#: Where Kueue v0.17.0 keeps its kustomizations (``config/default`` gives the ``kueue-`` prefix).
+LAYOUT = kustomize.Layout(crds="config/components/crd", webhooks="config/components/webhook",
+                          overlay="config/default")
 
 
-@dataclass(frozen=True)
-class Sources:
-    """Kueue's objects as its kustomize config would render them, before binding to a cluster."""
-
-    crds: list[dict[str, Any]]
-    webhook_configurations: list[dict[str, Any]]
-
-
-def load_sources(module_dir: Path) -> Sources:
-    """Read the CRDs and webhook configurations of the Kueue module at ``module_dir``.
-
-    Applies what ``config/default`` would: the CRD conversion patches listed in
-    ``config/components/crd/kustomization.yaml``, the webhook patches (namespace selectors) of
-    ``config/components/webhook/kustomization.yaml``, and the ``namePrefix`` of
-    ``config/default/kustomization.yaml``. Raises ClusterError naming the file that is missing.
-    """
-    components = Path(module_dir) / "config" / "components"
-    crd_kustomization = _read_yaml(components / "crd" / "kustomization.yaml")
-    crds = [_read_yaml(components / "crd" / name) for name in crd_kustomization.get("resources") or []]
-    _apply_patches(crds, _patches(components / "crd", crd_kustomization))
-
-    webhook_dir = components / "webhook"
-    webhook_kustomization = _read_yaml(webhook_dir / "kustomization.yaml")
-    configs = [d for d in _read_yaml_all(webhook_dir / "manifests.yaml")
-               if d and d.get("kind") in WEBHOOK_PATHS]
-    _apply_patches(configs, _patches(webhook_dir, webhook_kustomization))
-    prefix = _read_yaml(Path(module_dir) / "config" / "default" / "kustomization.yaml").get("namePrefix", "")
-    for config in configs:
-        config["metadata"]["name"] = prefix + config["metadata"]["name"]
-    if not crds or not configs:
-        raise ClusterError(f"no Kueue CRDs or webhook configurations found under {components}")
-    return Sources(crds=crds, webhook_configurations=configs)
-
-
-def bind_crds(crds: list[dict[str, Any]], webhook_base: str, ca_pem: bytes) -> list[dict[str, Any]]:
-    """The CRDs with every conversion webhook pointed at ``webhook_base`` (``https://host:port``)."""
-    bound = copy.deepcopy(crds)
-    for crd in bound:
-        webhook = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook")
-        if webhook and "clientConfig" in webhook:
-            webhook["clientConfig"] = _client_config(webhook["clientConfig"], webhook_base, ca_pem)
-    return bound
-
-
-def bind_webhooks(configs: list[dict[str, Any]], webhook_base: str, ca_pem: bytes) -> list[dict[str, Any]]:
-    """The webhook configurations with every webhook pointed at ``webhook_base``."""
-    bound = copy.deepcopy(configs)
-    for config in bound:
-        for webhook in config.get("webhooks") or []:
-            webhook["clientConfig"] = _client_config(webhook["clientConfig"], webhook_base, ca_pem)
-    return bound
-
-
-def _client_config(client_config: dict[str, Any], webhook_base: str, ca_pem: bytes) -> dict[str, Any]:
-    path = (client_config.get("service") or {}).get("path") or ""
-    return {"url": webhook_base + path, "caBundle": base64.b64encode(ca_pem).decode()}
+def load_sources(module_dir: Path) -> kustomize.Sources:
+    """Kueue's CRDs and webhook configurations as ``config/default`` would render them: the CRD
+    conversion patches, the webhook patches (namespace selectors) and the ``kueue-`` prefix."""
+    return kustomize.load_sources(module_dir, LAYOUT, "Kueue")
 
 
 def webhook_base(ports: Ports) -> str:
-    return f"https://{HOST}:{ports.kueue_webhook}"
+    return managers.webhook_base(ports.kueue_webhook)
 
 
 def effective_gates(requested: dict[str, bool] | None) -> dict[str, bool]:
@@ -198,6 +138,13 @@ def is_gated(pod: dict[str, Any]) -> bool:
     return any(g.get("name") == ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def gates_pods(api: ApiClient) -> bool:
+    """True once a dry-run pod with a queue name comes back gated: the API server calls
+    Kueue's pod webhook (it picks up new webhook configurations within a second or so)."""
+    status, pod = api.dry_run("/api/v1/namespaces/default/pods", probe_pod())
+    return status in (200, 201) and is_gated(pod)
+
+
 def ensure_metrics_cert(directory: Path = METRICS_CERT_DIR) -> Path:
     """Make sure ``directory`` holds a valid ``tls.crt``/``tls.key`` pair; return ``directory``.
 
@@ -240,59 +187,3 @@ def _replace(path: Path, data: bytes, mode: int) -> None:
     tmp.write_bytes(data)
     tmp.chmod(mode)
     tmp.replace(path)
-
-
-# ------------------------------------------------------------ kustomize, the part Kueue uses
-
-def _patches(directory: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
-    """The patch documents a kustomization lists: files (``path``) or inline (``patch``)."""
-    docs: list[dict[str, Any]] = []
-    for entry in kustomization.get("patches") or []:
-        if "target" in entry:  # selector-targeted patches: none in the files read here
-            raise ClusterError(f"unsupported targeted patch in {directory}/kustomization.yaml: {entry}")
-        if "path" in entry:
-            docs += [d for d in _read_yaml_all(directory / entry["path"]) if d]
-        elif "patch" in entry:
-            docs += [d for d in yaml.load_all(entry["patch"], Loader=_Loader) if d]
-    return docs
-
-
-def _apply_patches(objects: list[dict[str, Any]], patches: list[dict[str, Any]]) -> None:
-    """Strategic merge, as far as these objects need it: maps merge, ``webhooks`` merge by name."""
-    index = {(o.get("kind"), o["metadata"]["name"]): o for o in objects}
-    for patch in patches:
-        key = (patch.get("kind"), patch["metadata"]["name"])
-        if key not in index:
-            raise ClusterError(f"a Kueue kustomize patch targets {key[0]} {key[1]}, which is not there")
-        _merge(index[key], {k: v for k, v in patch.items() if k not in ("apiVersion", "kind", "metadata")})
-
-
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if key == "webhooks" and isinstance(value, list):
-            by_name = {w["name"]: w for w in base.get(key) or []}
-            for item in value:
-                if item["name"] in by_name:
-                    _merge(by_name[item["name"]], item)
-                else:
-                    base.setdefault(key, []).append(copy.deepcopy(item))
-        elif isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = copy.deepcopy(value)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    docs = [d for d in _read_yaml_all(path) if d]
-    if len(docs) != 1:
-        raise ClusterError(f"{path}: expected one YAML document, found {len(docs)}")
-    return docs[0]
-
-
-def _read_yaml_all(path: Path) -> list[Any]:
-    try:
-        return list(yaml.load_all(Path(path).read_text(), Loader=_Loader))
-    except OSError as exc:
-        raise ClusterError(f"cannot read Kueue's {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ClusterError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from exc

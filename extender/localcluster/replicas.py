@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.localcluster import processes
-from extender.localcluster.cluster import _http_ok, wait_healthy
+from extender.localcluster.apiclient import http_ok, wait_healthy
 from extender.localcluster.errors import ClusterError
 
 MASTER_STATUS = re.compile(r"^leader_election_master_status\{[^}]*\}\s+([0-9.eE+-]+)\s*$", re.M)
@@ -118,7 +118,7 @@ def restart(workdir: Path, index: int, components: tuple[str, ...] = ("extender"
             proc = processes.restart(workdir, r[component], processes.clean_env())
         except FileNotFoundError as exc:
             raise ClusterError(str(exc)) from None
-        wait_healthy(workdir, proc, lambda: _http_ok(url + "/readyz", insecure=True), timeout)
+        wait_healthy(workdir, proc, lambda: http_ok(url + "/readyz", insecure=True), timeout)
         pids.append(proc.pid)
     return pids
 

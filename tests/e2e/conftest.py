@@ -10,6 +10,8 @@
   (``helpers.default_nodes()``).
 - ``kueue_binaries``: what ``local_cluster(..., kueue=True)`` needs (the optional Kueue build
   and its fixed-path metrics certificate), or skip / fail as for the other binaries.
+- ``controller_binaries``: what ``local_cluster(..., workload_controllers=("jobset", "lws", "trainer"))``
+  needs (the optional JobSet, LeaderWorkerSet and Kubeflow Trainer builds), or skip / fail.
 
 Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
 it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
@@ -26,7 +28,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from extender.localcluster import binaries, cluster, kueue as kueue_mod
+from extender.localcluster import binaries, cluster, kueue as kueue_mod, workloads
 from extender.localcluster.errors import ClusterError
 
 from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
@@ -64,6 +66,19 @@ def kueue_binaries(control_plane_binaries) -> binaries.Binaries:
     return bins
 
 
+@pytest.fixture(scope="session")
+def controller_binaries(control_plane_binaries) -> binaries.Binaries:
+    """The binaries with every workload controller, or skip (locally, never built) / fail (CI)."""
+    names = tuple(workloads.CONTROLLERS)
+    if not _in_ci() and not all(binaries.is_cached(binaries.WORKLOAD_COMPONENTS[n]) for n in names):
+        pytest.skip("workload controllers not built yet: run `railyard cluster build --with-jobset --with-lws "
+                    "--with-trainer` (with CI=true the tests build them and fail instead of skipping)")
+    try:
+        return binaries.ensure(workload_controllers=names)
+    except ClusterError as exc:
+        pytest.fail(f"cannot get the workload controllers: {exc}", pytrace=False)
+
+
 def _need_kubernetes(version: str) -> None:
     """Skip (locally) while that version's binaries were never built; fail on an unpinned one."""
     try:
@@ -89,7 +104,8 @@ class ClusterStarter:
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
                  gpus_as_dra: bool = False, replicas: int = 1,
                  extender_settings: dict[str, Any] | None = None,
-                 kubernetes_version: str | None = None, controllers: bool = True) -> Cluster:
+                 kubernetes_version: str | None = None, controllers: bool = True,
+                 workload_controllers: tuple[str, ...] = ()) -> Cluster:
         if kubernetes_version is not None:
             _need_kubernetes(kubernetes_version)
         workdir = self._tmp.mktemp("cluster")
@@ -122,6 +138,7 @@ class ClusterStarter:
             args += ["--runtime-config", ",".join(runtime_config)]
         if gpus_as_dra:
             args.append("--gpus-as-dra")
+        args += [f"--with-{name}" for name in workload_controllers]
         if replicas != 1:
             args += ["--replicas", str(replicas)]
         for key, value in (extender_settings or {}).items():

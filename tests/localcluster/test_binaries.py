@@ -7,6 +7,8 @@ import pytest
 from extender.localcluster import binaries
 from extender.localcluster.errors import ClusterError
 
+from .fakes import fake_cache
+
 
 def test_versions_are_read_from_the_helper_modules():
     assert binaries.KUBERNETES.version().startswith("v1.")
@@ -64,12 +66,7 @@ def test_cache_dir_is_keyed_by_version_and_overridable(tmp_path, monkeypatch):
 
 def test_cached_binaries_are_reused_without_go(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
-    for component in binaries.COMPONENTS:
-        directory = binaries.cached_dir(component, tmp_path)
-        directory.mkdir(parents=True)
-        for name in component.packages:
-            (directory / name).write_text("#!/bin/sh\n")
-            (directory / name).chmod(0o755)
+    fake_cache(tmp_path, binaries.COMPONENTS)
     found = binaries.ensure(root=tmp_path)
     assert found.kube_scheduler == binaries.cached_dir(binaries.KUBERNETES, tmp_path) / "kube-scheduler"
 

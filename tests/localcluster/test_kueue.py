@@ -9,29 +9,25 @@ from __future__ import annotations
 
 import base64
 import datetime
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-from extender.localcluster import binaries, cli, cluster, config, kueue, pki
+from extender.localcluster import binaries, cli, cluster, config, kueue, kustomize, pki
 from extender.localcluster.errors import ClusterError
+
+from .fakes import fake_cache, status_output, write
 
 PORTS = config.Ports(etcd_client=1, etcd_peer=2, apiserver=3, scheduler=4, kwok=5, extender=6, extender_grpc=7,
                      kueue_webhook=9443, kueue_health=8081, kueue_metrics=8443)
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
 
 
 @pytest.fixture
 def module(tmp_path) -> Path:
     root = tmp_path / "kueue@v0.17.0"
     components = root / "config" / "components"
-    _write(components / "crd" / "kustomization.yaml", """\
+    write(components / "crd" / "kustomization.yaml", """\
         resources:
         - bases/kueue.x-k8s.io_workloads.yaml
         - bases/kueue.x-k8s.io_resourceflavors.yaml
@@ -40,7 +36,7 @@ def module(tmp_path) -> Path:
         #- path: patches/webhook_in_resourceflavors.yaml
         """)
     for plural, kind in (("workloads", "Workload"), ("resourceflavors", "ResourceFlavor")):
-        _write(components / "crd" / "bases" / f"kueue.x-k8s.io_{plural}.yaml", f"""\
+        write(components / "crd" / "bases" / f"kueue.x-k8s.io_{plural}.yaml", f"""\
             ---
             apiVersion: apiextensions.k8s.io/v1
             kind: CustomResourceDefinition
@@ -51,7 +47,7 @@ def module(tmp_path) -> Path:
               names: {{kind: {kind}, plural: {plural}}}
               scope: Namespaced
             """)
-    _write(components / "crd" / "patches" / "webhook_in_workloads.yaml", """\
+    write(components / "crd" / "patches" / "webhook_in_workloads.yaml", """\
         apiVersion: apiextensions.k8s.io/v1
         kind: CustomResourceDefinition
         metadata:
@@ -64,7 +60,7 @@ def module(tmp_path) -> Path:
                 service: {namespace: system, name: webhook-service, path: /convert}
               conversionReviewVersions: [v1]
         """)
-    _write(components / "webhook" / "manifests.yaml", """\
+    write(components / "webhook" / "manifests.yaml", """\
         ---
         apiVersion: admissionregistration.k8s.io/v1
         kind: MutatingWebhookConfiguration
@@ -89,7 +85,7 @@ def module(tmp_path) -> Path:
           clientConfig:
             service: {name: webhook-service, namespace: system, path: /validate--v1-pod}
         """)
-    _write(components / "webhook" / "kustomization.yaml", """\
+    write(components / "webhook" / "kustomization.yaml", """\
         resources:
         - manifests.yaml
         patches:
@@ -104,7 +100,7 @@ def module(tmp_path) -> Path:
                 matchExpressions:
                 - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kueue-system]}
         """)
-    _write(root / "config" / "default" / "kustomization.yaml", "namespace: kueue-system\nnamePrefix: kueue-\n")
+    write(root / "config" / "default" / "kustomization.yaml", "namespace: kueue-system\nnamePrefix: kueue-\n")
     return root
 
 
@@ -127,13 +123,13 @@ def test_every_webhook_is_pointed_at_loopback_with_the_cluster_ca(module):
     ca = b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
     base = kueue.webhook_base(PORTS)
     assert base == "https://127.0.0.1:9443"
-    bound = kueue.bind_webhooks(sources.webhook_configurations, base, ca)
+    bound = kustomize.bind_webhooks(sources.webhook_configurations, base, ca)
     client_configs = [w["clientConfig"] for c in bound for w in c["webhooks"]]
     assert [c["url"] for c in client_configs] == [
         "https://127.0.0.1:9443/mutate-batch-v1-job", "https://127.0.0.1:9443/mutate--v1-pod",
         "https://127.0.0.1:9443/validate--v1-pod"]
     assert all(base64.b64decode(c["caBundle"]) == ca and "service" not in c for c in client_configs)
-    (workloads, _) = kueue.bind_crds(sources.crds, base, ca)
+    (workloads, _) = kustomize.bind_crds(sources.crds, base, ca)
     assert workloads["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
     # The sources are left as read: one load serves any number of clusters.
     assert "service" in sources.webhook_configurations[0]["webhooks"][0]["clientConfig"]
@@ -249,12 +245,7 @@ def test_build_info_names_the_pinned_module():
 
 def test_cached_kueue_is_reused_and_described(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
-    for component in binaries.COMPONENTS + binaries.OPTIONAL_COMPONENTS:
-        directory = binaries.cached_dir(component, tmp_path)
-        directory.mkdir(parents=True)
-        for name in component.packages:
-            (directory / name).write_text("#!/bin/sh\n")
-            (directory / name).chmod(0o755)
+    fake_cache(tmp_path, binaries.COMPONENTS + binaries.OPTIONAL_COMPONENTS)
     assert binaries.ensure(root=tmp_path).kueue is None
     found = binaries.ensure(root=tmp_path, with_kueue=True)
     assert found.kueue == binaries.cached_dir(binaries.KUEUE, tmp_path) / "kueue"
@@ -309,30 +300,12 @@ def test_cli_flags_reach_the_options():
     assert parser.parse_args(["cluster", "build"]).with_kueue is False
 
 
-def test_status_shows_kueue_from_the_state_file(tmp_path, capsys):
-    import argparse
-    import json
-
-    from extender.localcluster import processes
-
-    workdir = tmp_path / "w"
-    processes.start(workdir, "kueue", ["sleep", "60"])
-    try:
-        (workdir / "cluster.json").write_text(json.dumps({
-            "phase": "running", "apiServer": "https://127.0.0.1:3", "nodes": 1, "extender": None,
-            "kubeconfig": "k", "kueue": {"version": "v0.17.0", "webhooks": "https://127.0.0.1:9443",
-                                         "health": "http://127.0.0.1:8081",
-                                         "metrics": "https://127.0.0.1:8443/metrics",
-                                         "topologyAwareScheduling": False}}))
-        parser = argparse.ArgumentParser()
-        cli.add_parser(parser.add_subparsers())
-        args = parser.parse_args(["cluster", "status", "--workdir", str(workdir)])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        assert "kueue           running" in out
-        assert "kueue           v0.17.0  webhooks https://127.0.0.1:9443" in out and "TAS off" in out
-    finally:
-        cluster.down(workdir)
+def test_status_shows_kueue_from_the_state_file(tmp_path):
+    out = status_output(tmp_path / "w", "kueue", {"kueue": {
+        "version": "v0.17.0", "webhooks": "https://127.0.0.1:9443", "health": "http://127.0.0.1:8081",
+        "metrics": "https://127.0.0.1:8443/metrics", "topologyAwareScheduling": False}})
+    assert "kueue           running" in out
+    assert "kueue           v0.17.0  webhooks https://127.0.0.1:9443" in out and "TAS off" in out
 
 
 def test_the_stored_kueue_config_is_yaml_kueue_can_read(tmp_path):
