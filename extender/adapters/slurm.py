@@ -195,7 +195,7 @@ def hostlist(names: Sequence[str]) -> str:
         if len(numbers) == 1:
             out.append(f"{prefix}{numbers[0]:0{width}d}" if width else f"{prefix}{numbers[0]}")
             continue
-        runs = []
+        runs: list[list[int]] = []
         for n in numbers:
             if runs and runs[-1][1] == n - 1:
                 runs[-1][1] = n
@@ -225,7 +225,8 @@ def _switches(topo: Topology, tiers: int, node_names: Sequence[str]) -> tuple[li
         return [], {}
     domains = [(lvl, d) for lvl in range(tiers) for d in range(topo.domain_count(lvl))]
     named = dict(zip(domains, _unique([_path(topo, lvl, d) for lvl, d in domains])))
-    out, leaf_of = [], {}
+    out: list[Switch] = []
+    leaf_of: dict[str, str] = {}
     for lvl, d in domains:
         dom = topo.domain(lvl, d)
         if lvl < tiers - 1:
@@ -244,7 +245,8 @@ def _switches(topo: Topology, tiers: int, node_names: Sequence[str]) -> tuple[li
 def _blocks(topo: Topology, lvl: int, node_names: Sequence[str]) -> tuple[list[Block], list[int], dict[str, str]]:
     count = topo.domain_count(lvl)
     names = _unique([_path(topo, lvl, d) for d in range(count)])
-    blocks, block_of = [], {}
+    blocks: list[Block] = []
+    block_of: dict[str, str] = {}
     for d, name in enumerate(names):
         dom = topo.domain(lvl, d)
         blocks.append(Block(name, tuple(node_names[dom.start:dom.end])))
