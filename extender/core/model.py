@@ -172,6 +172,9 @@ class GangRef:
     group_kind: str = ""
     """Which kind of group object the pod's convention names (an opaque name the adapters
     give each API, e.g. ``podgroups``); empty: its convention has no group object."""
+    lineage: str = ""
+    """The workload the gang is one instance of, shared by its restart attempts (a JobSet's
+    ``<namespace>/<name>``); empty: the gang is its own lineage (``key``)."""
 
     @property
     def group_id(self) -> tuple[str, str] | None:
@@ -181,7 +184,9 @@ class GangRef:
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
 SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL)
+LEAD_SIZE = "lead_size"
+"""How many lead members (``PodFacts.lead``) the gang binds before the others can exist."""
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE)
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,9 @@ class PodFacts:
     (0 when the pod names no class and the cluster has no global default)."""
     preemption_policy: str = PREEMPT_LOWER
     """``spec.preemptionPolicy``: ``PreemptLowerPriority`` (the default) or ``Never``."""
+    lead: bool = False
+    """The pod's controller creates (or starts) other members of its gang only once this one is
+    bound: a JobSet exclusive-placement leader, a LeaderWorkerSet leader that starts first."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
@@ -361,6 +369,8 @@ class Member:
     rank: tuple[int, ...] | None = None
     """Position in the job (e.g. JobSet (job index, completion index)); consecutive ranks sit close."""
     eligibility: Eligibility = Eligibility()
+    lead: bool = False
+    """``PodFacts.lead``: binds before the members its controller has not created yet."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +394,11 @@ class GangSpec:
     """The size is declared somewhere; False: the gang is the members seen, and may grow."""
     timeout_capped_from: float | None = None
     """The timeout the gang asked for, when it was capped to ``timeout_seconds``."""
+    lineage: str = ""
+    """``GangRef.lineage``: the workload this gang is one (restart) instance of; empty: ``key``."""
+    lead_size: int = 0
+    """Lead members that bind first, into their reserved slots, before the others exist
+    (``LEAD_SIZE``); 0: every member binds at once."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""
