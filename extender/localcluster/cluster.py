@@ -185,7 +185,7 @@ def _start_all(
     started: float,
 ) -> ClusterInfo:
     ports, replicas = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None, replicas=options.replicas,
-                                  controllers=options.controllers)
+                                  controllers=options.controllers, view=options.extender)
     pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
     api_url = f"https://{config.HOST}:{ports.apiserver}"
     kubeconfig_file = workdir / "kubeconfig"
@@ -240,7 +240,8 @@ def _start_all(
             settings_file.write_text(config.dump_yaml(config.extender_settings(chosen)))
         for replica in replicas:
             p = replica.ports
-            _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}")
+            _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}; "
+                      f"topology view {config.view_url(p)}")
             extender = processes.start(
                 workdir, replica.extender_name,
                 config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
@@ -394,7 +395,7 @@ def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
 
 
 def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
-                controllers: bool = True) -> tuple[config.Ports, list[config.Replica]]:
+                controllers: bool = True, view: bool = True) -> tuple[config.Ports, list[config.Replica]]:
     picked: set[int] = set()
 
     def fresh() -> int:
@@ -406,11 +407,12 @@ def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
 
     ports = config.Ports(
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
-        scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
+        scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(), extender_view=fresh() if view else 0,
         **({"kueue_webhook": fresh(), "kueue_health": fresh(), "kueue_metrics": fresh()} if kueue else {}),
         **({"controller_manager": fresh()} if controllers else {}),
     )
-    more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh()))
+    more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh(),
+                                                  extender_view=fresh() if view else 0))
             for i in range(2, replicas + 1)]
     return ports, [config.Replica(1, ports), *more]
 
@@ -422,7 +424,8 @@ def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_
                  workload_controllers: dict[str, dict[str, Any]] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
-        "kubernetes": kubernetes, "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+        "kubernetes": kubernetes, "extender": ext_url, "view": config.view_url(ports) if ext_url else None,
+        "nodes": nodes, "ports": ports.as_dict(),
         "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
         "controllerManager": controllers,
     }
