@@ -41,6 +41,7 @@ from extender.localcluster import binaries as binaries_mod, kustomize, managers,
 from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.apiclient import CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy
 from extender.localcluster.errors import ClusterError
+from extender.localcluster.progress import Progress
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
 COMPONENTS = ("trainer", "lws", "jobset", "kueue", "kube-controller-manager", "kube-scheduler", "extender", "kwok",
@@ -214,7 +215,7 @@ def _start_all(
     if options.gpus_as_dra:
         create_dra(api, node_set)
     else:
-        create_nodes(api, node_set)
+        create_nodes(api, node_set, log)
 
     stages_file = workdir / "kwok-stages.yaml"
     stages_file.write_text(config.kwok_stages_text())
@@ -445,16 +446,20 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
-    """Create every node (concurrently), then one filler pod per node with GPUs in use."""
-    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool:
-        list(pool.map(lambda n: api.create("/api/v1/nodes", n), node_set.nodes))
-        if node_set.used_gpus:
+def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet, log: TextIO) -> None:
+    """Create every node (concurrently), then one filler pod per node with GPUs in use; the
+    count on ``log`` at a terminal."""
+    fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
+    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool, \
+            Progress(log, "nodes and filler pods created", len(node_set.nodes) + len(fillers)) as progress:
+        for _ in pool.map(lambda n: api.create("/api/v1/nodes", n), node_set.nodes):
+            progress.step()
+        if fillers:
             api.create("/api/v1/namespaces", {
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nodes_mod.FILL_NAMESPACE}})
             path = f"/api/v1/namespaces/{nodes_mod.FILL_NAMESPACE}/pods"
-            fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
-            list(pool.map(lambda p: api.create(path, p), fillers))
+            for _ in pool.map(lambda p: api.create(path, p), fillers):
+                progress.step()
 
 
 def create_dra(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:

@@ -26,18 +26,24 @@ def nodes_of(tree):
     return [((tree["name"], *path), n) for child in tree["children"] for path, n in nodes_of(child)]
 
 
-def test_a_bound_a_reserved_and_a_waiting_gang_as_the_view_shows_them():
-    ext, binder, _ = extender(DRAWING)
-    a = gang("a", 2, 8, annotations=NVLINK)
-    plan = steer(ext, a)
+def bound(ext, pods):
+    """Plan, bind and run the gang as kube-scheduler and the watch would; its plan."""
+    plan = steer(ext, pods)
     errors = {}
-    for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in a]:
+    for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in pods]:
         t.join(5)
-    assert errors == {} and sorted(plan.values()) == ["h1", "h2"]  # the only NVLink domain with 16 free
-    for p in a:  # the watch shows them running
+    assert errors == {}
+    for p in pods:  # the watch shows them running
         p["spec"]["nodeName"] = plan[f"ml/{p['metadata']['name']}"]
         p["status"]["phase"] = "Running"
         ext.pod_upserted(p)
+    return plan
+
+
+def test_a_bound_a_reserved_and_a_waiting_gang_as_the_view_shows_them():
+    ext, _, _ = extender(DRAWING)
+    plan = bound(ext, gang("a", 2, 8, annotations=NVLINK))
+    assert sorted(plan.values()) == ["h1", "h2"]  # the only NVLink domain with 16 free
     b_node = steer(ext, gang("b", 1, 8))["ml/b-0"]
     assert b_node in ("h3", "h5")
     c = gang("c", 2, 8, annotations=NVLINK)
@@ -67,9 +73,9 @@ def test_a_bound_a_reserved_and_a_waiting_gang_as_the_view_shows_them():
 
     gangs = {g["gang"]: g for g in doc["gangs"]}
     assert set(gangs) == {"ml/a", "ml/b", "ml/c"}
-    bound = gangs["ml/a"]
-    assert (bound["phase"], bound["level"], bound["domain"], bound["nodes"], bound["pods"], bound["gpus"],
-            bound["closest"], bound["deadline_in_seconds"]) == ("bound", "nvlink", "b1/r1/n1", ["h1", "h2"], 2, 16,
+    a = gangs["ml/a"]
+    assert (a["phase"], a["level"], a["domain"], a["nodes"], a["pods"], a["gpus"],
+            a["closest"], a["deadline_in_seconds"]) == ("bound", "nvlink", "b1/r1/n1", ["h1", "h2"], 2, 16,
                                                                 None, None)
     held = gangs["ml/b"]
     assert (held["phase"], held["level"], held["nodes"], held["at_bind"], held["min_member"]) == (
@@ -89,14 +95,7 @@ def test_a_bound_gang_shows_no_more_gpus_than_its_node_uses():
     """A member that finished leaves its node free: the bound plan does not paint it used."""
     ext, _, _ = extender(DRAWING)
     a = gang("a", 2, 8, annotations=NVLINK)
-    plan = steer(ext, a)
-    errors = {}
-    for t in [bind_async(ext, p, plan[f"ml/{p['metadata']['name']}"], errors) for p in a]:
-        t.join(5)
-    for p in a:
-        p["spec"]["nodeName"] = plan[f"ml/{p['metadata']['name']}"]
-        p["status"]["phase"] = "Running"
-        ext.pod_upserted(p)
+    plan = bound(ext, a)
     a[1]["status"]["phase"] = "Succeeded"
     ext.pod_upserted(a[1])
     nodes = {n["name"]: n for _, n in nodes_of(topology_json(ext.topology_view())["tree"])}
