@@ -49,6 +49,7 @@ def test_the_page_and_its_assets_come_from_the_package(view):
         status, headers, body = get(port, path)
         assert (status, headers["Content-Type"].split(";")[0]) == (200, kind)
         assert body == asset(name) and body
+        assert headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'none'"
     assert b'src="view.js"' in get(port, "/")[2] and b"http" not in get(port, "/")[2]  # nothing from elsewhere
 
 

@@ -61,7 +61,7 @@ function draw() {
   const t = doc.totals;
   document.getElementById("totals").textContent =
     `${t.nodes} nodes, ${t.gpus} GPUs: ${t.used} used, ${t.reserved} reserved, ${t.free} free` +
-    (t.blocked ? `, ${t.blocked} nodes cordoned or not ready` : "");
+    (t.blocked ? `, ${t.blocked} ${t.blocked === 1 ? "node" : "nodes"} cordoned or not ready` : "");
   document.getElementById("grid").innerHTML = drawDomain(doc.tree, -1, []);
   const lists = {waiting: [], holding: [], bound: []};
   for (const g of doc.gangs) {
