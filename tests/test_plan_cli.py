@@ -217,3 +217,14 @@ def test_plan_prints_a_table_at_a_terminal_and_json_to_a_pipe_or_when_asked(file
     assert run(*args, "-o", "table").stdout == table
     bad = run(*args, "-o", "yaml")
     assert bad.returncode == 2 and "argument -o/--output: invalid choice: 'yaml'" in bad.stderr
+
+
+def test_the_readme_shows_the_table_plan_prints_for_the_examples():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    command = "$ railyard plan --nodes examples/nodes.yaml --pods examples/running.yaml --gang examples/pending.yaml\n"
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    r = subprocess.run([sys.executable, "-m", "extender", "plan", *command.split()[3:], "-o", "table"],
+                       capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == shown
