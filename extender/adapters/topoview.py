@@ -10,10 +10,11 @@ made from a ``service.topoview.TopologySnapshot`` outside the service lock.
      "gangs": [{"gang": "ml/a", "phase": "bound", "reason": "...", "level": "nvlink",
                 "domain": "s1/l1/n1", "nodes": ["h1"], "closest": null, ...}]}
 
-A node's optional keys: ``blocked`` (cordoned, not ready), ``bound`` (gang -> GPUs its bound
-plan put there, at most the GPUs in use), ``held`` (gang -> GPUs reserved for it there). A
-gang's ``closest`` is, while it has no plan, the domain that came closest
-(``{"level": "leaf", "domain": "s1/l2"}``).
+A node's ``reserved``: GPUs held for gangs that no pod uses. Its optional keys: ``blocked``
+(cordoned, not ready), ``bound`` (gang -> GPUs its bound plan put there, at most the GPUs in
+use), ``held`` (gang -> GPUs reserved for it there, in use or not), ``draining`` (gangs past the
+starvation bound for which the node's GPUs are held as its pods finish). A gang's ``closest``
+is, while it has no plan, the domain that came closest (``{"level": "leaf", "domain": "s1/l2"}``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.core.cluster.topology import Domain, Topology, format_path
+from extender.core.gangs.starvation import DRAIN
 from extender.service.topoview import GangSnapshot, TopologySnapshot
 
 BOUND = "bound"
@@ -29,11 +31,15 @@ BOUND = "bound"
 def topology_json(snap: TopologySnapshot) -> dict[str, Any]:
     topo = snap.topology
     held: dict[str, dict[str, int]] = {}
+    draining: dict[str, list[str]] = {}
     for res in snap.reservations.values():
+        gang = res.gang.removesuffix(DRAIN)
         for slot in res.slots:
             if slot.gpus:
                 per = held.setdefault(slot.node, {})
-                per[res.gang] = per.get(res.gang, 0) + slot.gpus
+                per[gang] = per.get(gang, 0) + slot.gpus
+                if gang != res.gang and gang not in draining.setdefault(slot.node, []):
+                    draining[slot.node].append(gang)
     bound: dict[str, dict[str, int]] = {}
     for g in snap.gangs:
         if g.phase == BOUND and g.placement is not None:
@@ -47,7 +53,8 @@ def topology_json(snap: TopologySnapshot) -> dict[str, Any]:
         name = facts.name
         used = snap.used.get(name, 0)
         holds = held.get(name, {})
-        reserved = sum(holds.values())
+        # A drain holds GPUs still in use, for when they free up: only those no pod uses count.
+        reserved = max(min(sum(holds.values()), facts.gpus - used), 0)
         node: dict[str, Any] = {"name": name, "gpus": facts.gpus, "used": used, "reserved": reserved}
         if snap.blocked[i] is not None:
             node["blocked"] = snap.blocked[i]
@@ -57,6 +64,8 @@ def topology_json(snap: TopologySnapshot) -> dict[str, Any]:
             node["bound"] = painted
         if holds:
             node["held"] = holds
+        if name in draining:
+            node["draining"] = draining[name]
         nodes.append(node)
         totals["gpus"] += facts.gpus
         totals["used"] += used

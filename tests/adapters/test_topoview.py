@@ -113,3 +113,22 @@ def test_a_cluster_without_levels_is_one_domain_of_nodes():
     assert doc["levels"] == []
     assert doc["tree"] == {"name": "cluster", "nodes": [
         {"name": "h1", "gpus": 8, "used": 0, "reserved": 0}, {"name": "h2", "gpus": 8, "used": 4, "reserved": 0}]}
+
+
+def test_gpus_held_for_a_starving_gang_are_named_for_it_and_count_only_once_free():
+    from extender.core.gangs.starvation import DRAIN
+    from tests.service.test_starvation import big, cluster, planned
+
+    ext, clock, _ = cluster(starvation=60)
+    assert planned(ext, big()) == []
+    clock.now += 61
+    assert planned(ext, big()) == []
+    drained = sorted(s.node for s in ext.ctx.state.reservations()[f"ml/big{DRAIN}"].slots)
+    busy, free = drained if drained[0] in ("a1", "b1") else drained[::-1]  # a1 and b1 run an 8-GPU pod
+    doc = topology_json(ext.topology_view())
+    nodes = {n["name"]: n for _, n in nodes_of(doc["tree"])}
+    assert nodes[busy] == {"name": busy, "gpus": 8, "used": 8, "reserved": 0, "held": {"ml/big": 8},
+                           "draining": ["ml/big"]}
+    assert nodes[free] == {"name": free, "gpus": 8, "used": 0, "reserved": 8, "held": {"ml/big": 8},
+                           "draining": ["ml/big"]}
+    assert doc["totals"] == {"nodes": 4, "gpus": 32, "used": 16, "reserved": 8, "free": 8, "blocked": 0}

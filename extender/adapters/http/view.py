@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import resources
 from typing import Callable
 
@@ -45,21 +46,28 @@ def asset(name: str) -> bytes:
     return resources.files("extender.adapters.http").joinpath("static", name).read_bytes()
 
 
+@dataclass(frozen=True)
+class Rendered:
+    body: bytes
+    etag: str
+    timing: str
+    """``Server-Timing``: the snapshot (waiting for the lock and copying) and the JSON, in ms."""
+    taken_at: float
+
+
 class Document:
-    """The latest /topology.json, renewed at most once per ``refresh_seconds``."""
+    """The latest /topology.json, renewed at most once per ``refresh_seconds``; ``current`` is
+    replaced whole, so a reader on the event loop never sees half of a renewal."""
 
     def __init__(self, source: Callable[[], TopologySnapshot], refresh_seconds: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.refresh = refresh_seconds
         self.clock = clock
-        self.body = b""
-        self.etag = ""
-        self.timing = ""
-        self.taken_at = -float("inf")
+        self.current = Rendered(b"", "", "", -float("inf"))
 
     def stale(self) -> bool:
-        return self.clock() - self.taken_at >= self.refresh
+        return self.clock() - self.current.taken_at >= self.refresh
 
     def renew(self) -> None:
         """On the view's own thread: snapshot (under the service lock), then JSON (outside it)."""
@@ -68,9 +76,9 @@ class Document:
         copied = time.perf_counter()
         body = orjson.dumps(topology_json(snap))
         done = time.perf_counter()
-        self.body, self.etag = body, '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
-        self.timing = f"lock;dur={(copied - started) * 1e3:.2f}, json;dur={(done - copied) * 1e3:.2f}"
-        self.taken_at = self.clock()
+        self.current = Rendered(body, '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"',
+                                f"lock;dur={(copied - started) * 1e3:.2f}, json;dur={(done - copied) * 1e3:.2f}",
+                                self.clock())
 
 
 class ViewServer:
@@ -87,7 +95,7 @@ class ViewServer:
         self.address: tuple[str, int] | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=0)
+        app = web.Application(client_max_size=1024)  # GET only: no body is ever read
         app.router.add_get("/topology.json", self._topology)
         for path in ASSETS:
             app.router.add_get(path, self._asset)
@@ -146,9 +154,10 @@ class ViewServer:
             finally:
                 if self._renewing is renewing and renewing.done():
                     self._renewing = None
-        headers = {"ETag": doc.etag, "Cache-Control": "no-cache", "Server-Timing": doc.timing}
-        if request.headers.get("If-None-Match") == doc.etag:
+        now = doc.current
+        headers = {"ETag": now.etag, "Cache-Control": "no-cache", "Server-Timing": now.timing}
+        if request.headers.get("If-None-Match") == now.etag:
             return web.Response(status=304, headers=headers)
-        response = web.Response(body=doc.body, content_type="application/json", headers=headers)
+        response = web.Response(body=now.body, content_type="application/json", headers=headers)
         response.enable_compression()
         return response

@@ -90,16 +90,16 @@ def test_the_document_is_renewed_once_its_period_is_over():
     doc = Document(source, refresh_seconds=2.0, clock=lambda: clock[0])
     assert doc.stale()
     doc.renew()
-    first = doc.etag
+    first = doc.current.etag
     clock[0] = 1.9
     assert not doc.stale()
     clock[0] = 2.0
     assert doc.stale()
     doc.renew()
-    assert (doc.etag, source.calls) == (first, 2)  # nothing changed: the same ETag
+    assert (doc.current.etag, source.calls) == (first, 2)  # nothing changed: the same ETag
     source.ext.relisted("pods", [])  # the drawing's pods that held h4's and h6's GPUs are gone
     doc.renew()
-    assert doc.etag != first and json.loads(doc.body)["totals"]["used"] == 0
+    assert doc.current.etag != first and json.loads(doc.current.body)["totals"]["used"] == 0
 
 
 def test_the_view_is_off_unless_its_address_is_set_and_checked_when_it_is():

@@ -9,7 +9,7 @@ function esc(s) {
 }
 
 function gangsOf(node) {
-  return [...Object.keys(node.bound || {}), ...Object.keys(node.held || {})];
+  return [...new Set([...Object.keys(node.bound || {}), ...Object.keys(node.held || {})])];
 }
 
 function cells(node) {
@@ -28,7 +28,11 @@ function describe(node) {
   const lines = [`node ${node.name}: ${node.gpus} GPUs, ${node.used} used, ${node.reserved} reserved, ` +
                  `${Math.max(node.gpus - node.used - node.reserved, 0)} free` + (node.blocked ? ` (${node.blocked})` : "")];
   for (const [g, n] of Object.entries(node.bound || {})) lines.push(`  ${n} used by bound gang ${g}`);
-  for (const [g, n] of Object.entries(node.held || {})) lines.push(`  ${n} reserved for gang ${g}`);
+  for (const [g, n] of Object.entries(node.held || {})) {
+    lines.push((node.draining || []).includes(g)
+      ? `  ${n} held for gang ${g} as they free up (it waited past the starvation bound)`
+      : `  ${n} reserved for gang ${g}`);
+  }
   return lines.join("\n");
 }
 
