@@ -60,6 +60,8 @@ def test_the_document_is_the_snapshot_as_json_with_an_etag(view):
     doc = json.loads(gzip.decompress(body))
     assert doc["totals"]["nodes"] == 6 and doc["levels"] == ["spine", "leaf", "nvlink"]
     assert headers["Server-Timing"].startswith("lock;dur=")
+    status, plain, body = get(port, "/topology.json")
+    assert status == 200 and "Content-Encoding" not in plain and json.loads(body) == doc
     status, again, body = get(port, "/topology.json", headers={"If-None-Match": headers["ETag"]})
     assert (status, body, again["ETag"]) == (304, b"", headers["ETag"])
     assert source.calls == 1  # one snapshot served both
