@@ -111,13 +111,29 @@ def serve(nodes: int, n: int, ready, port_out, stop, direct, view_port=None) -> 
         view.stop()
 
 
-def poll_view(port: int, stop, polls) -> None:
-    """A browser's view of the cluster: GET /topology.json every 0.5 s until told to stop."""
+def poll_view(port: int, stop, polls, timings) -> None:
+    """A browser's view of the cluster: GET /topology.json every 0.5 s until told to stop;
+    ``timings`` gets each renewal's ``Server-Timing`` (lock, json and gzip milliseconds)."""
+    last = ""
     while not stop.is_set():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/topology.json", timeout=30) as r:
             r.read()
+            timing = r.headers.get("Server-Timing", "")
+        if timing != last:
+            timings.append(timing)
+            last = timing
         polls.value += 1
         stop.wait(0.5)
+
+
+def renewals(timings: list[str]) -> dict[str, float]:
+    """Milliseconds per part (lock, json, gzip) summed over the renewals."""
+    out: dict[str, float] = {}
+    for timing in timings:
+        for part in timing.split(","):
+            name, _, dur = part.strip().partition(";dur=")
+            out[name] = out.get(name, 0.0) + float(dur)
+    return out
 
 
 def main() -> None:
@@ -144,9 +160,10 @@ def run_case(ctx, case: str, requests: int, view: bool, polled: bool) -> None:
     proc.start()
     if not ready.wait(300):
         raise SystemExit("server did not start")
-    polls, poller = ctx.Value("i", 0), None
+    polls, poller, timings = ctx.Value("i", 0), None, ctx.Manager().list()
+    started = time.monotonic()
     if polled:
-        poller = ctx.Process(target=poll_view, args=(view_port.value, stop, polls), daemon=True)
+        poller = ctx.Process(target=poll_view, args=(view_port.value, stop, polls, timings), daemon=True)
         poller.start()
     names = [node["metadata"]["name"] for node in cluster(nodes)][:n]
     label = ("view polled" if polled else "view idle") if view else ""
@@ -161,7 +178,11 @@ def run_case(ctx, case: str, requests: int, view: bool, polled: bool) -> None:
     stop.set()
     if poller is not None:
         poller.join(10)
-        print(f"      ({polls.value} polls of the view)", flush=True)
+        seconds = time.monotonic() - started
+        spent = renewals(list(timings))
+        print(f"      view: {polls.value} polls, {len(timings)} snapshots in {seconds:.0f}s; the service lock held "
+              f"{spent.get('lock', 0):.1f} ms in all ({spent.get('lock', 0) / seconds / 10:.3f}% of the time), "
+              f"JSON {spent.get('json', 0):.0f} ms and gzip {spent.get('gzip', 0):.0f} ms outside it", flush=True)
     proc.join(10)
 
 
