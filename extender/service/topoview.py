@@ -15,7 +15,7 @@ from typing import Mapping
 
 from extender.core.cluster.state import Reservation
 from extender.core.cluster.topology import Domain, Topology
-from extender.core.gangs.lifecycle import HOLDING
+from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.model import NodeFacts
 from extender.core.placement.planner import Placement
 from extender.service.context import Context
@@ -27,7 +27,8 @@ class GangSnapshot:
     phase: str
     reason: str
     placement: Placement | None
-    """Its plan (held, bound or binding); None while it has none."""
+    """Its plan while it holds it (planned, waiting, binding) or was bound with it; None otherwise
+    (a gang that timed out or was unreserved keeps its last plan in the book, not here)."""
     closest: Domain | None
     """With no plan: the domain that came closest (the reason's "best ... fits")."""
     at_bind: int
@@ -55,7 +56,7 @@ def snapshot(ctx: Context, now: float) -> TopologySnapshot:
     view = state.view()
     gangs = tuple(GangSnapshot(
         gang=rec.key, phase=rec.phase.value, reason=rec.reason,
-        placement=rec.placement, closest=rec.closest, at_bind=len(rec.waiting), min_member=rec.min_member,
+        placement=rec.placement if rec.phase in HOLDING or rec.phase == Phase.BOUND else None, closest=rec.closest, at_bind=len(rec.waiting), min_member=rec.min_member,
         deadline_in_seconds=max(round(rec.deadline - now, 1), 0.0)
         if rec.deadline is not None and rec.phase in HOLDING else None,
     ) for rec in ctx.book.records())

@@ -5,7 +5,7 @@ cannot be placed."""
 from __future__ import annotations
 
 from extender.adapters.topoview import topology_json
-from tests.service.test_live import bind_async, create, extender, steer
+from tests.service.test_live import bind_async, create, extender, steer, wait_until
 from tests.topologies import gang, pod
 
 DRAWING = """
@@ -132,3 +132,22 @@ def test_gpus_held_for_a_starving_gang_are_named_for_it_and_count_only_once_free
     assert nodes[free] == {"name": free, "gpus": 8, "used": 0, "reserved": 8, "held": {"ml/big": 8},
                            "draining": ["ml/big"]}
     assert doc["totals"] == {"nodes": 4, "gpus": 32, "used": 16, "reserved": 8, "free": 8, "blocked": 0}
+
+
+def test_a_gang_that_timed_out_holds_nothing_and_is_listed_without_a_plan():
+    ext, _, clock = extender(DRAWING)
+    pods = gang("t", 2, 8, annotations={"railyard.io/timeout-seconds": "30"})
+    create(ext, pods)
+    plan = steer(ext, pods[:1])
+    errors = {}
+    t = bind_async(ext, pods[0], plan["ml/t-0"], errors)
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
+    held = topology_json(ext.topology_view())
+    assert held["gangs"][0]["phase"] == "waiting" and len(held["gangs"][0]["nodes"]) == 2
+    clock.now += 31
+    t.join(5)
+    doc = topology_json(ext.topology_view())
+    (g,) = doc["gangs"]
+    assert (g["phase"], g["domain"], g["nodes"], g["pods"], g["closest"]) == ("timed out", None, [], 0, None)
+    assert g["reason"].startswith("gang ml/t timed out at bind: 1/2 GPU members arrived within 30s")
+    assert not any("held" in n for _, n in nodes_of(doc["tree"])) and doc["totals"]["reserved"] == 0
