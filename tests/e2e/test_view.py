@@ -53,7 +53,7 @@ def test_the_page_shows_a_gang_just_bound_in_its_domain_a_held_one_and_a_waiting
     ns = namespace(cluster.core, "view")
     llama = gang_pods("llama", 4, 8, required="nvlink")
     # 3 of its 4 members exist: railyard reserves 4 slots and holds the 3 at bind until its timeout.
-    mixtral = gang_pods("mixtral", 4, 8, required="nvlink", timeout_seconds=120)[:3]
+    mixtral = gang_pods("mixtral", 4, 8, required="nvlink", timeout_seconds=140)[:3]
     giant = gang_pods("giant", 5, 8, required="nvlink")  # no NVLink domain has 5 nodes: it waits whole
     with BindingWatch(cluster.core, ns) as watch:
         create_pods(cluster.core, ns, [*llama, gpu_pod("solo-0", 2), gpu_pod("solo-1", 4)])
@@ -85,7 +85,8 @@ def test_the_page_shows_a_gang_just_bound_in_its_domain_a_held_one_and_a_waiting
         assert sorted(node for node, _ in shown) == llama_nodes
         assert {where for _, where in shown} == {"/".join(domain)}
         assert browser.evaluate(f"document.querySelector('#bound [data-gang=\"{gang}\"]').textContent").startswith(gang)
-        shown = browser.evaluate(on_nodes(f"{ns}/mixtral"))
+        shown = browser.wait_for(f"(n => n.length === 4 ? n : null)({on_nodes(f'{ns}/mixtral')})", 30,
+                                 "the page names mixtral on the 4 nodes reserved for it")
         assert sorted(node for node, _ in shown) == held_nodes and len({where for _, where in shown}) == 1
         assert browser.evaluate(f"document.querySelector('[data-node=\"{held_nodes[0]}\"] i.held') !== null")
         assert browser.wait_for(f"document.querySelector('[data-node=\"{cordoned}\"].blocked') !== null", 30,
