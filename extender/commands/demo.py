@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run_workload(info.kubeconfig, args.timeout)
     finally:
-        print(f"\ntopology view: {view} while the cluster runs"
-              f"{'' if args.keep else ' (--keep leaves it up)'}; what it shows: docs/view.md, a picture of it: docs/img/view.png")
+        print(f"\ntopology view: {view} while the cluster runs{'' if args.keep else ' (--keep leaves it up)'}; "
+              "what it shows: docs/view.md, a picture of it: docs/img/view.png")
         if args.keep:
             print(f"\ncluster kept: export KUBECONFIG={info.kubeconfig}; "
                   f"`railyard cluster down --workdir {args.workdir}` stops it")

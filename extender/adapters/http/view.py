@@ -145,13 +145,15 @@ class ViewServer:
         return web.Response(body=body, content_type=kind, headers=PAGE_HEADERS)
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        return web.Response(status=404, text=f"not found; the view serves GET {', '.join([*ASSETS, '/topology.json'])}\n")
+        served = ", ".join([*ASSETS, "/topology.json"])
+        return web.Response(status=404, text=f"not found; the view serves GET {served}\n")
 
     async def _topology(self, request: web.Request) -> web.Response:
         doc = self.document
         if doc.stale():
             if self._renewing is None:  # one renewal at a time; every request waits for the same one
-                self._renewing = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(self._worker, doc.renew))
+                loop = asyncio.get_running_loop()
+                self._renewing = asyncio.ensure_future(loop.run_in_executor(self._worker, doc.renew))
             renewing = self._renewing
             try:
                 await asyncio.shield(renewing)
