@@ -70,7 +70,6 @@ def test_the_page_shows_a_gang_just_bound_in_its_domain_a_held_one_and_a_waiting
     held_nodes = sorted(set(held["plan"].values()))
     assert len(held_nodes) == 4 and not set(held_nodes) & set(llama_nodes)
     cordoned = next(n for n in sorted(labels) if n not in llama_nodes + held_nodes)
-    cluster.core.patch_node(cordoned, {"spec": {"unschedulable": True}})
     assert _status(view + "debug/gangs") == 404  # the view port serves the view and nothing else
 
     def on_nodes(gang: str) -> str:
@@ -89,8 +88,11 @@ def test_the_page_shows_a_gang_just_bound_in_its_domain_a_held_one_and_a_waiting
                                  "the page names mixtral on the 4 nodes reserved for it")
         assert sorted(node for node, _ in shown) == held_nodes and len({where for _, where in shown}) == 1
         assert browser.evaluate(f"document.querySelector('[data-node=\"{held_nodes[0]}\"] i.held') !== null")
+        # Live: a node cordoned now shows so on the page already open, without a reload.
+        assert browser.evaluate(f"document.querySelector('[data-node=\"{cordoned}\"].blocked') === null")
+        cluster.core.patch_node(cordoned, {"spec": {"unschedulable": True}})
         assert browser.wait_for(f"document.querySelector('[data-node=\"{cordoned}\"].blocked') !== null", 30,
-                                f"{cordoned} shown cordoned")
+                                f"{cordoned} shown cordoned without a reload")
         waiting_text = browser.wait_for(
             f"(e => e && e.textContent)(document.querySelector('#waiting [data-gang=\"{ns}/giant\"]'))", 60,
             f"{ns}/giant listed as waiting")

@@ -2,7 +2,7 @@
 // view.refresh_seconds) and draws spine > leaf > NVLink domain > node, one cell per GPU.
 "use strict";
 const POLL_MS = 2000;
-let etag = "", doc = null, selected = null;
+let etag = "", doc = null, selected = null, drawnTree = "";
 
 function esc(s) {
   return String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -66,7 +66,12 @@ function draw() {
   document.getElementById("totals").textContent =
     `${t.nodes} nodes, ${t.gpus} GPUs: ${t.used} used, ${t.reserved} reserved, ${t.free} free` +
     (t.blocked ? `, ${t.blocked} ${t.blocked === 1 ? "node" : "nodes"} cordoned or not ready` : "");
-  document.getElementById("grid").innerHTML = drawDomain(doc.tree, -1, []);
+  // The grid is redrawn only when a node changed: a held gang's countdown alone changes the lists.
+  const tree = JSON.stringify(doc.tree);
+  if (tree !== drawnTree) {
+    document.getElementById("grid").innerHTML = drawDomain(doc.tree, -1, []);
+    drawnTree = tree;
+  }
   const lists = {waiting: [], holding: [], bound: []};
   for (const g of doc.gangs) {
     if (g.phase === "bound") lists.bound.push(g);
