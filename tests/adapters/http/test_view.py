@@ -7,11 +7,13 @@ import gzip
 import http.client
 import json
 import threading
+from pathlib import Path
 
 import pytest
+import yaml
 
 from extender.adapters.http.view import ASSETS, Document, ViewServer, asset
-from extender.settings import Settings, ViewSettings
+from extender.settings import Settings, ViewSettings, from_mapping
 from tests.service.test_live import extender
 
 
@@ -106,6 +108,11 @@ def test_the_document_is_renewed_once_its_period_is_over():
 
 def test_the_view_is_off_unless_its_address_is_set_and_checked_when_it_is():
     assert Settings().view.listen == ""
+    root = Path(__file__).resolve().parents[3]
+    for shipped in (yaml.safe_load((root / "manifests/base/railyard.yaml").read_text()),
+                    yaml.safe_load((root / "charts/railyard/values.yaml").read_text())["railyard"]["settings"]):
+        settings, problems = from_mapping(shipped)
+        assert problems == [] and settings.view.listen == ""  # off as installed
     assert Settings(view=ViewSettings(listen="127.0.0.1:8890")).validate() == []
     assert Settings(view=ViewSettings(listen="8890", refresh_seconds=0)).validate() == [
         "view.listen must be HOST:PORT or empty, got '8890'",
