@@ -14,11 +14,12 @@ The algorithm, in one place:
    least free, then the most preferred-affinity weight), so large free domains stay whole for
    large gangs. Holding every slot is exact for one class (sum of cap); with several it is
    first-fit-decreasing, with GPUs and every requested resource shared on each node.
-3. Inside the chosen domain, recursively use the fewest child domains: if one child holds the
-   rest, the best-fitting such child; otherwise the largest child, and again.
+3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
+   among the children of the domains chosen one level up, the largest until one holds the
+   rest, then the best-fitting such one (``packing.fewest_domains``).
    A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
-   of S consecutive ranks inside one domain of the slice level, slices in rank order, each the
-   best fit among the slice-level domains that still hold it.
+   of S consecutive ranks inside one domain of the slice level, the fewest such domains (and
+   above them) counted in whole slices, a domain filled before the next opens.
    A gang of one class of partial-node members spanning nodes is then moved, inside the
    narrowest domain it already occupies, onto nodes where one rail set is free (``rails``).
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive

@@ -7,24 +7,26 @@ a whole still lands at the narrowest level that holds it, inside its required le
 planner calls ``pack`` for each domain it considers, and the gang takes the first that holds
 every slice.
 
-Inside that domain the slices take domains of level L in rank order, each the best fit among
-those that still hold it: fewest GPUs left over, ties to the first in depth-first order. A
-domain a slice left partly used is the best fit for the next slice while it holds one, so
-slice k+1 sits next to slice k and the gang spreads over as few L-domains as it can. Inside
-its L-domain a slice takes the fewest child domains, as a whole gang does.
+Inside that domain, slices of one shape use the fewest domains at every level down to L, in
+whole slices (``packing.fewest_domains``): the largest domains first until one holds the rest,
+then the best fit for the rest, so a domain fills before the next opens (as Kueue's TAS packs
+them, kubernetes-sigs/kueue@v0.17.0 pkg/cache/scheduler/tas_flavor_snapshot.go). An L-domain
+given k slices holds their k x S pods over the fewest domains below it, and the slices follow
+its nodes in depth-first order, so slice k+1 sits next to slice k.
 
-For pods of one shape this is exact: a domain of c free slots holds c // S slices whichever
-way earlier slices were placed. Slices that mix shapes are packed first-fit decreasing, as
-mixed gangs are.
+Slices that mix shapes are packed one at a time, first-fit decreasing as mixed gangs are: each,
+in rank order, takes the best fit among the L-domains that still hold it (fewest GPUs left
+over); a domain a slice left partly used is the best fit for the next while it holds one.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from itertools import accumulate
 
 from extender.core.model import GangSpec
-from extender.core.placement.packing import Left, PodClass, Taken, allocate, rank_order
+from extender.core.placement.packing import Left, PodClass, Taken, Units, allocate, fewest_domains, rank_order
 from extender.core.cluster.state import View
 from extender.core.cluster.topology import Domain, Topology
 
@@ -70,6 +72,8 @@ def cut(gang: GangSpec, classes: list[PodClass], size: int) -> list[list[PodClas
 def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], level: int) -> list[Taken] | int:
     """What each slice takes inside dom, in rank order; or, when they do not all fit, how many
     whole slices did."""
+    if slices and len(slices[0]) == 1:
+        return _pack_one_shape(view, avail, dom, slices, level)
     left = Left(view, avail)
     domains = _SliceDomains(view.topology, left, dom, level, slices[0] if slices else [])
     parts: list[Taken] = []
@@ -87,8 +91,43 @@ def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[Po
     if not slices or len(slices[0]) != 1:
         parts = pack(view, avail, dom, slices, level)
         return len(parts) if isinstance(parts, list) else parts
-    slots = _SliceDomains(view.topology, Left(view, avail), dom, level, slices[0]).slots[0]
-    return min(len(slices), sum(n // slices[0][0].count for n in slots))
+    return min(len(slices), _slice_units(view, avail, dom, slices[0][0], level).cap(dom.level, dom.index))
+
+
+def _slice_units(view: View, avail: list[int], dom: Domain, c: PodClass, level: int) -> Units:
+    """Whole slices of ``c.count`` pods per domain of the slice level (or dom, when it lies inside one)."""
+    topo = view.topology
+    lvl = max(level, dom.level)
+    domains = range(topo.domain_count(lvl)) if lvl >= 0 else range(1)
+    spans = [(topo.domain(lvl, d).start, topo.domain(lvl, d).end) for d in domains]
+    held = [sum(c.cap[a:b]) // c.count for a, b in spans]
+    free = [sum(avail[a:b]) for a, b in spans]
+    return Units(topo, [0, *accumulate(held)], [0, *accumulate(free)], level=lvl)
+
+
+def _pack_one_shape(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]],
+                    level: int) -> list[Taken] | int:
+    """Slices of one shape: the slice-level domains they use are the fewest at every level
+    (``fewest_domains`` counting whole slices), each then holds its k slices (k x S pods) over the
+    fewest domains below it, and the slices follow the nodes in depth-first order."""
+    topo, c = view.topology, slices[0][0]
+    units = _slice_units(view, avail, dom, c, level)
+    have = units.cap(dom.level, dom.index)
+    if have < len(slices):
+        return have
+    pods = Units(topo, [0, *accumulate(c.cap)], [0, *accumulate(avail)])
+    seats: list[int] = []
+    for d, k in fewest_domains(topo, dom, len(slices), c.gpus * c.count, units, max(level, dom.level)):
+        within = topo.domain(max(level, dom.level), d) if max(level, dom.level) > dom.level else dom
+        for node, n in fewest_domains(topo, within, k * c.count, c.gpus, pods, topo.depth):
+            seats.extend([node] * n)
+    parts: list[Taken] = []
+    for start in range(0, len(seats), c.count):
+        taken: Taken = {}
+        for node in seats[start:start + c.count]:
+            taken.setdefault(node, {0: 0})[0] += 1
+        parts.append(taken)
+    return parts
 
 
 class _SliceDomains:
