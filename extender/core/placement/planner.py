@@ -57,7 +57,7 @@ from extender.core.placement.packing import (
 )
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
 from extender.core.cluster.state import CORDONED, NOT_READY, Reservation, Slot, View
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.topology import Domain, Fabric, Topology
 
 
 @dataclass(frozen=True)
@@ -125,21 +125,24 @@ class Constraints:
     """Replacements: the domain the gang's running members occupy."""
 
 
-def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
-    """(bound level, preferred level, problems) for the gang's topology request."""
+def resolve_levels(gang: GangSpec, topo: Topology, fabric: Fabric | None = None) -> tuple[int, int | None, list[str]]:
+    """(bound level, preferred level, problems) for the gang's topology request, by name among
+    the levels of ``fabric`` when the cluster has several (never wider than the fabric)."""
     problems = []
-    known = ", ".join(lvl.key for lvl in topo.levels) or "none"
-    bound, preferred = -1, None
+    levels = [lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels]
+    known = ", ".join(levels) or "none"
+    where = "this cluster" if fabric is None else f"pool {fabric.name}"
+    bound, preferred = (-1 if fabric is None else 0), None
     if gang.required is not None:
-        idx = topo.level_index(gang.required)
+        idx = topo.level_index(gang.required, fabric)
         if idx is None:
-            problems.append(f"required topology level {gang.required!r} is not a level of this cluster (levels: {known})")
+            problems.append(f"required topology level {gang.required!r} is not a level of {where} (levels: {known})")
         else:
             bound = idx
     if gang.preferred is not None:
-        idx = topo.level_index(gang.preferred)
+        idx = topo.level_index(gang.preferred, fabric)
         if idx is None:
-            problems.append(f"preferred topology level {gang.preferred!r} is not a level of this cluster (levels: {known})")
+            problems.append(f"preferred topology level {gang.preferred!r} is not a level of {where} (levels: {known})")
         elif idx < bound:
             problems.append(f"preferred level {gang.preferred} is wider than required level {gang.required}")
         else:
@@ -148,19 +151,34 @@ def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, lis
 
 
 def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
+    """The gang's placement, or why there is none. With several fabrics, planned in each pool on
+    its own tree (levels resolved by name there); the best of them wins (``_best_of``)."""
     topo = view.topology
-    bound, preferred, problems = resolve_levels(gang, topo)
-    rule, slice_problems = resolve(gang, topo, bound, preferred) if not problems else (None, [])
+    if not topo.fabrics:
+        return _plan(gang, view, limits, None)
+    w = limits.within
+    return _best_of(view, gang, [
+        (f, _plan(gang, view, limits, f)) for f in topo.fabrics
+        if w is None or w.level < 0 or f.start <= w.start < f.end])
+
+
+def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None) -> PlanResult:
+    topo = view.topology
+    bound, preferred, problems = resolve_levels(gang, topo, fabric)
+    rule, slice_problems = resolve(gang, topo, bound, preferred, fabric) if not problems else (None, [])
     problems = [*gang.invalid, *problems, *slice_problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
     classes = classes_of(gang)
-    if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
+    if (fabric is None and len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1
+            and bound <= topo.depth):
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
     usable = usable_nodes(view, limits.refused, limits.within)
+    if fabric is not None:
+        usable = [u and fabric.start <= i < fabric.end for i, u in enumerate(usable)]
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
     for c in classes:
@@ -173,7 +191,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     pref = _preference_prefix(view, first.eligibility)
     sliced = cut(gang, classes, rule.size) if rule else []
 
-    for lvl in range(topo.depth, bound - 1, -1):
+    for lvl in _levels(topo, bound, fabric):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
         frees = [free_prefix[b] - free_prefix[a] for a, b in zip(starts, ends)] if lvl < topo.depth else avail
         if not frees or max(frees) < total:
@@ -203,7 +221,59 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                 assert taken is not None, "domain was checked to hold the gang"
                 taken, rail_set = _rail_aligned(view, left, classes, taken)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
-    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced)
+    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
+
+
+def _levels(topo: Topology, bound: int, fabric: Fabric | None) -> list[int]:
+    """The levels a gang may land at, narrowest first: from the host level out to ``bound``; in
+    a fabric, its own levels and the fabric itself, never a step through another pool's."""
+    if fabric is None:
+        return list(range(topo.depth, bound - 1, -1))
+    return [topo.depth, *(lvl for lvl in reversed(fabric.levels) if lvl >= bound), *([0] if bound <= 0 else [])]
+
+
+def landing_domains(gang: GangSpec, topo: Topology) -> list[list[Domain]]:
+    """Where the gang may land, narrowest first: per step, the domains of one level (with
+    several fabrics, of each pool's level at that height above the host; pools without the
+    gang's levels left out, and never a step through another pool's level)."""
+    steps: list[list[Domain]] = []
+    for fabric in topo.fabrics or (None,):
+        bound, _, problems = resolve_levels(gang, topo, fabric)
+        if problems:
+            continue
+        for height, lvl in enumerate(_levels(topo, bound, fabric)):
+            doms = [topo.domain(lvl, d) for d in range(topo.domain_count(lvl))]
+            if fabric is not None:
+                doms = [d for d in doms if fabric.start <= d.start and d.end <= fabric.end]
+            if height == len(steps):
+                steps.append([])
+            steps[height] += doms
+    return steps
+
+
+def _best_of(view: View, gang: GangSpec, results: list[tuple[Fabric, PlanResult]]) -> PlanResult:
+    """Across pools: the placement that meets the preferred level, then the one fewest of its
+    pool's levels above the host, then the best fit; with none, the pool whose best domain holds
+    the most (whole slices, then pods); with no pool able to take the gang at all, every reason."""
+    topo = view.topology
+    placed = [(f, r) for f, r in results if isinstance(r, Placement)]
+    if placed:
+        gpus = sum(gang.demand())
+
+        def key(item: tuple[Fabric, Placement]) -> tuple[int, int, int, int]:
+            f, p = item
+            height = 0 if p.level == topo.depth else 1 + sum(1 for lvl in f.levels if lvl > p.level)
+            free = sum(max(x, 0) for x in view.free[p.domain.start:p.domain.end])
+            return (not p.preferred_met, height, free - gpus, f.index)
+
+        return min(placed, key=key)[1]
+    failed = [r for _, r in results if isinstance(r, NoPlacement)]
+    valid = [r for r in failed if not r.invalid]
+    if valid:
+        return max(valid, key=lambda r: (r.slices_fit, r.fits))
+    if not failed:
+        return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
+    return replace(failed[0], invalid=tuple(dict.fromkeys(p for r in failed for p in r.invalid)))
 
 
 @dataclass(frozen=True)
@@ -226,30 +296,39 @@ class DomainFit:
 
 def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     """The level the gang is bound to and, for every domain at it, how much of the gang fits,
-    best first: the numbers behind a NoPlacement's one-line reason, for every domain.
+    best first: the numbers behind a NoPlacement's one-line reason, for every domain. With
+    several fabrics, the domains at each pool's own bound level (the level returned is the
+    first pool's).
     """
     topo = view.topology
-    bound, preferred, problems = resolve_levels(gang, topo)
-    rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred)[0]
     classes = classes_of(gang) or [PodClass(1, Eligibility(), 0)]
     usable = usable_nodes(view, (), None)
     for c in classes:
         fill_caps(view, c, usable)
     avail = available(view, classes)
-    sliced = cut(gang, classes, rule.size) if rule else []
-    rows = []
-    for d in range(topo.domain_count(bound)):
-        dom = topo.domain(bound, d)
-        span = range(dom.start, dom.end)
-        rows.append(DomainFit(
-            domain=dom,
-            nodes=len(span),
-            gpus=sum(topo.nodes[i].gpus for i in span),
-            available=sum(avail[i] for i in span),
-            fits=fits(view, classes, avail, dom),
-            blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
-            slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
-        ))
+    first_bound, rows = None, []
+    for fabric in topo.fabrics or (None,):
+        bound, preferred, problems = resolve_levels(gang, topo, fabric)
+        if problems and fabric is not None:
+            continue  # a pool without the gang's levels: none of its domains is a place for it
+        first_bound = bound if first_bound is None else first_bound
+        rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred, fabric)[0]
+        sliced = cut(gang, classes, rule.size) if rule else []
+        for d in range(topo.domain_count(bound)):
+            dom = topo.domain(bound, d)
+            if fabric is not None and not fabric.start <= dom.start < fabric.end:
+                continue
+            span = range(dom.start, dom.end)
+            rows.append(DomainFit(
+                domain=dom,
+                nodes=len(span),
+                gpus=sum(topo.nodes[i].gpus for i in span),
+                available=sum(avail[i] for i in span),
+                fits=fits(view, classes, avail, dom),
+                blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
+                slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
+            ))
+    bound = first_bound if first_bound is not None else -1
     rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
     return bound, rows
 
@@ -272,7 +351,7 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     idx = [topo.index[n] for n in running if n in topo.index]
     if not idx:
         return []
-    bound = topo.level_index(gang.required) if gang.required else None
+    bound = topo.level_index(gang.required, topo.fabric_at(idx[0])) if gang.required else None
     lvl = topo.common_level(idx)
     if bound is not None and lvl < bound:
         return []  # the running members already break the required level: nothing to keep
@@ -449,14 +528,18 @@ def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bo
 
 def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
                   classes: list[PodClass], usable: Sequence[bool], limits: Constraints,
-                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = ()) -> NoPlacement:
-    """The best domain at the bound level: most whole slices (when sliced), then most pods."""
+                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = (),
+                  fabric: Fabric | None = None) -> NoPlacement:
+    """The best domain at the bound level (of the fabric, if any): most whole slices (when
+    sliced), then most pods."""
     topo = view.topology
     best, most = None, (-1, -1)
     if limits.within is not None and limits.within.level >= 0:
         domains = [limits.within]
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
+        if fabric is not None:
+            domains = [d for d in domains if fabric.start <= d.start and d.end <= fabric.end]
     for dom in domains:
         n = (whole_slices(view, avail, dom, list(sliced), rule.level) if rule else 0, fits(view, classes, avail, dom))
         if n > most:
@@ -506,4 +589,4 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
-           "domain_fits", "home_domains", "plan", "resolve_levels"]
+           "domain_fits", "home_domains", "landing_domains", "plan", "resolve_levels"]

@@ -28,7 +28,7 @@ from itertools import accumulate
 from extender.core.model import GangSpec
 from extender.core.placement.packing import Left, PodClass, Taken, Units, allocate, fewest_domains, rank_order
 from extender.core.cluster.state import View
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.topology import Domain, Fabric, Topology
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,17 @@ class SliceRule:
     """The level each slice stays inside (an index into the topology's levels)."""
 
 
-def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None) -> tuple[SliceRule | None, list[str]]:
-    """The gang's slice rule for this topology, or the problems with it."""
+def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None,
+            fabric: Fabric | None = None) -> tuple[SliceRule | None, list[str]]:
+    """The gang's slice rule for this topology (by name among a fabric's levels, if any), or
+    the problems with it."""
     if not gang.slice_size or gang.slice_level is None:
         return None, []
-    level = topo.level_index(gang.slice_level)
+    level = topo.level_index(gang.slice_level, fabric)
     if level is None:
-        known = ", ".join(lvl.key for lvl in topo.levels) or "none"
-        return None, [f"slice topology level {gang.slice_level!r} is not a level of this cluster (levels: {known})"]
+        known = ", ".join(lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels)
+        where = "this cluster" if fabric is None else f"pool {fabric.name}"
+        return None, [f"slice topology level {gang.slice_level!r} is not a level of {where} (levels: {known or 'none'})"]
     outer, which = (bound, gang.required) if gang.required is not None else (preferred, gang.preferred)
     if outer is not None and level < outer:
         kind = "required" if gang.required is not None else "preferred"
