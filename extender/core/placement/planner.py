@@ -11,8 +11,8 @@ The algorithm, in one place:
 2. From the host level outward to the required level (or the whole cluster when nothing is
    required), take the first level with a domain that holds every slot. Among that level's
    domains that do, pick the best fit: fewest GPUs left over (ties: the domain whose parent has
-   least free, then the most preferred-affinity weight), so large free domains stay whole for
-   large gangs. Holding every slot is exact for one class (sum of cap); with several it is
+   least free, then the most preferred-affinity weight, then the fewest wholly free nodes), so
+   large free domains and whole nodes stay whole for large gangs. Holding every slot is exact for one class (sum of cap); with several it is
    first-fit-decreasing, with GPUs and every requested resource shared on each node.
 3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
    among the children of the domains chosen one level up, the largest until one holds the
@@ -191,6 +191,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
     pref = _preference_prefix(view, first.eligibility)
     sliced = cut(gang, classes, rule.size) if rule else []
 
+    whole_prefix: list[int] = []
     for lvl in _levels(topo, bound, fabric):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
         frees = [free_prefix[b] - free_prefix[a] for a, b in zip(starts, ends)] if lvl < topo.depth else avail
@@ -205,10 +206,15 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
         if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
             # Equal fits: prefer the one whose parent (then grandparent...) has the least free,
             # so the gang fills an already used branch and whole branches stay whole; then the
-            # one whose nodes the pods prefer most (preferred node affinity).
+            # one whose nodes the pods prefer most (preferred node affinity); then the one with
+            # the fewest wholly free nodes, so the domains of whole nodes, the capacity large
+            # gangs need, stay whole (issue 23 item 4).
+            whole = whole_prefix or [0, *accumulate(int(0 < a == n.gpus) for a, n in zip(avail, topo.nodes))]
+            whole_prefix = whole
             ties = [c for c in candidates if c[0] == candidates[0][0]]
             ties.sort(key=lambda c: (_ancestor_free(topo, lvl, c[1], free_prefix),
-                                     -(pref[c[2].end] - pref[c[2].start]), c[1]))
+                                     -(pref[c[2].end] - pref[c[2].start]),
+                                     whole[c[2].end] - whole[c[2].start], c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
             if rule is not None:
