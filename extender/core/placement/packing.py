@@ -173,8 +173,9 @@ class Units:
     free: list[int]
     """Prefix sums of free GPUs, same indexing."""
     base: int = 0
+    """The first node (or domain of ``level``) the sums start at."""
     level: int | None = None
-    """None: per node from ``base``; else per domain of this level (from 0)."""
+    """None: per node; else per domain of this level."""
 
     def _span(self, lvl: int, d: int) -> tuple[int, int]:
         topo = self.topo
@@ -182,9 +183,9 @@ class Units:
             lo, hi = 0, len(topo.names)
         else:
             lo, hi = topo.start[lvl][d], topo.end[lvl][d]
-        if self.level is None:
-            return lo - self.base, hi - self.base
-        return topo.node_domain[self.level][lo], topo.node_domain[self.level][hi - 1] + 1
+        if self.level is not None:
+            lo, hi = topo.node_domain[self.level][lo], topo.node_domain[self.level][hi - 1] + 1
+        return lo - self.base, hi - self.base
 
     def cap(self, lvl: int, d: int) -> int:
         a, b = self._span(lvl, d)

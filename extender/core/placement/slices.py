@@ -98,14 +98,15 @@ def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[Po
 
 
 def _slice_units(view: View, avail: list[int], dom: Domain, c: PodClass, level: int) -> Units:
-    """Whole slices of ``c.count`` pods per domain of the slice level (or dom, when it lies inside one)."""
+    """Whole slices of ``c.count`` pods per domain of the slice level inside dom (or dom itself,
+    when it lies inside one)."""
     topo = view.topology
     lvl = max(level, dom.level)
-    domains = range(topo.domain_count(lvl)) if lvl >= 0 else range(1)
-    spans = [(topo.domain(lvl, d).start, topo.domain(lvl, d).end) for d in domains]
+    first, last = topo.node_domain[lvl][dom.start], topo.node_domain[lvl][dom.end - 1]
+    spans = [(topo.start[lvl][d], topo.end[lvl][d]) for d in range(first, last + 1)]
     held = [sum(c.cap[a:b]) // c.count for a, b in spans]
     free = [sum(avail[a:b]) for a, b in spans]
-    return Units(topo, [0, *accumulate(held)], [0, *accumulate(free)], level=lvl)
+    return Units(topo, [0, *accumulate(held)], [0, *accumulate(free)], first, level=lvl)
 
 
 def _pack_one_shape(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]],
@@ -118,7 +119,8 @@ def _pack_one_shape(view: View, avail: list[int], dom: Domain, slices: list[list
     have = units.cap(dom.level, dom.index)
     if have < len(slices):
         return have
-    pods = Units(topo, [0, *accumulate(c.cap)], [0, *accumulate(avail)])
+    pods = Units(topo, [0, *accumulate(c.cap[dom.start:dom.end])], [0, *accumulate(avail[dom.start:dom.end])],
+                 dom.start)
     seats: list[int] = []
     for d, k in fewest_domains(topo, dom, len(slices), c.gpus * c.count, units, max(level, dom.level)):
         within = topo.domain(max(level, dom.level), d) if max(level, dom.level) > dom.level else dom
