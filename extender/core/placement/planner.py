@@ -12,8 +12,11 @@ The algorithm, in one place:
    required), take the first level with a domain that holds every slot. Among that level's
    domains that do, pick the best fit: fewest GPUs left over (ties: the domain whose parent has
    least free, then the most preferred-affinity weight, then the fewest wholly free nodes), so
-   large free domains and whole nodes stay whole for large gangs. Holding every slot is exact for one class (sum of cap); with several it is
-   first-fit-decreasing, with GPUs and every requested resource shared on each node.
+   large free domains and whole nodes stay whole for large gangs. Holding every slot is exact
+   for one class (sum of cap); with several it is first-fit-decreasing, with GPUs and every
+   requested resource shared on each node. With several fabrics (``Topology.fabrics``), all
+   of this happens in each pool on its own tree, levels named as the pool names them, and the
+   best pool's placement wins (``_best_of``).
 3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
    among the children of the domains chosen one level up, the largest until one holds the
    rest, then the best-fitting such one (``packing.fewest_domains``).

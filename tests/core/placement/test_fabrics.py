@@ -8,14 +8,24 @@ Pools (tests/fixtures/labels, each file cites its source):
 - GKE ``one-block``: 8 nodes of 8 GPUs, block > sub-blocks of 3 and 5 hosts > host.
 - GPU Feature Discovery ``nvidia.com/gpu.clique`` ``gb200-two-racks``: 36 trays of 4 GPUs, rack A
   split into cliques 1 and 2 (9 trays each), rack B one clique of 18.
+
+And a property over random two-pool clusters (pools of different levels sharing the name
+``rack``): the gang lands in one pool, on the nodes that pool alone would give it, and in the
+pool whose own placement is the narrowest, then the best fit.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from extender.adapters import kubeobjects as ko
-from extender.core.model import FABRIC_LEVEL
+from extender.core.cluster.state import ClusterState
+from extender.core.model import FABRIC_LEVEL, GangSpec, Level, Member, NodeFacts, PodUsage
+from extender.core.placement.planner import Placement, plan
 from tests.adapters.kubeobjects.test_kubeobjects import documented
 from tests.topologies import TRANSLATE, Cluster, gang
 
@@ -148,3 +158,63 @@ def test_levels_and_what_detection_says():
     assert choice.problems[0] == (
         "3 fabrics, each planned on its own tree; a gang never spans two: clique (36 node(s), e.g. rack-a-tray-00), "
         "topograph-v1-3-tiers (12 node(s), e.g. Node104), gke (8 node(s), e.g. gke-a3u-pool-1)")
+
+
+# -- property: a two-pool cluster against each pool alone, over random clusters ---------------
+
+A = (Level("a/block", "block"), Level("a/rack", "rack"))
+B = (Level("b/rack", "rack"), Level("b/nvl", "nvlink"))
+TWO_POOLS = (Level(FABRIC_LEVEL, "fabric"), *(replace(lvl, fabric="A") for lvl in A),
+             *(replace(lvl, fabric="B") for lvl in B))
+
+
+@st.composite
+def two_pools(draw):
+    """2-8 nodes in pools A (block > rack) and B (rack > nvlink), 4 or 8 GPUs, random use."""
+    nodes, used = [], {}
+    for i in range(draw(st.integers(2, 8))):
+        pool = draw(st.sampled_from("AB"))
+        keys = A if pool == "A" else B
+        labels = {keys[0].key: draw(st.sampled_from(["x1", "x2"])), keys[1].key: draw(st.sampled_from(["y1", "y2"]))}
+        gpus = draw(st.sampled_from([4, 8]))
+        nodes.append(NodeFacts(f"{pool.lower()}{i}", labels, gpus, allocatable=(("pods", 110),), fabric=pool))
+        used[f"{pool.lower()}{i}"] = draw(st.integers(0, gpus))
+    return nodes, used
+
+
+def state_of(levels, nodes, used) -> ClusterState:
+    state = ClusterState(levels)
+    for n in nodes:
+        state.upsert_node(n)
+        if used[n.name]:
+            state.upsert_pod(PodUsage(f"uid-{n.name}", n.name, used[n.name]))
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(two_pools(), st.integers(2, 5), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([None, "block", "rack", "nvlink"]))
+def test_two_pools_against_each_pool_alone(cluster_, count, gpus, required):
+    nodes, used = cluster_
+    spec = GangSpec("ml/g", tuple(Member(f"ml/p{i}", gpus) for i in range(count)), count, 60.0, required=required)
+    result = plan(spec, state_of(TWO_POOLS, nodes, used).view())
+    alone = {}
+    for pool, levels in (("A", A), ("B", B)):
+        mine = [replace(n, fabric="") for n in nodes if n.fabric == pool]
+        if mine:
+            state = state_of(levels, mine, used)
+            r = plan(spec, state.view())
+            if isinstance(r, Placement):
+                free = sum(max(state.free(n), 0) for n in state.topology.names[r.domain.start:r.domain.end])
+                height = 0 if r.level == len(levels) else len(levels) - r.level
+                alone[pool] = (height, free - gpus * count, sorted(s.node for s in r.slots))
+    if not alone:
+        assert not isinstance(result, Placement)
+        return
+    assert isinstance(result, Placement), result
+    pools = {s.node[0].upper() for s in result.slots}
+    assert len(pools) == 1  # never two trees
+    (pool,) = pools
+    event(f"{len(alone)} pools could")
+    assert sorted(s.node for s in result.slots) == alone[pool][2]  # as that pool alone places it
+    assert alone[pool][:2] == min(a[:2] for a in alone.values())  # the narrowest, then the best fit
