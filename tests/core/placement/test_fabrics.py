@@ -23,10 +23,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from extender.adapters import kubeobjects as ko
-from extender.core.cluster.state import ClusterState
-from extender.core.model import FABRIC_LEVEL, GangSpec, Level, Member, NodeFacts, PodUsage
+from extender.core.model import FABRIC_LEVEL, GangSpec, Level, Member, NodeFacts
 from extender.core.placement.planner import Placement, plan
 from tests.adapters.kubeobjects.test_kubeobjects import documented
+from tests.core.placement.test_slice_properties import build
 from tests.topologies import TRANSLATE, Cluster, gang
 
 REQ = "railyard.io/required-topology"
@@ -182,27 +182,18 @@ def two_pools(draw):
     return nodes, used
 
 
-def state_of(levels, nodes, used) -> ClusterState:
-    state = ClusterState(levels)
-    for n in nodes:
-        state.upsert_node(n)
-        if used[n.name]:
-            state.upsert_pod(PodUsage(f"uid-{n.name}", n.name, used[n.name]))
-    return state
-
-
 @settings(max_examples=300, deadline=None)
 @given(two_pools(), st.integers(2, 5), st.sampled_from([1, 2, 4, 8]),
        st.sampled_from([None, "block", "rack", "nvlink"]))
 def test_two_pools_against_each_pool_alone(cluster_, count, gpus, required):
     nodes, used = cluster_
     spec = GangSpec("ml/g", tuple(Member(f"ml/p{i}", gpus) for i in range(count)), count, 60.0, required=required)
-    result = plan(spec, state_of(TWO_POOLS, nodes, used).view())
+    result = plan(spec, build(nodes, used, TWO_POOLS).view())
     alone = {}
     for pool, levels in (("A", A), ("B", B)):
         mine = [replace(n, fabric="") for n in nodes if n.fabric == pool]
         if mine:
-            state = state_of(levels, mine, used)
+            state = build(mine, used, levels)
             r = plan(spec, state.view())
             if isinstance(r, Placement):
                 free = sum(max(state.free(n), 0) for n in state.topology.names[r.domain.start:r.domain.end])

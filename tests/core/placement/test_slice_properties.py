@@ -43,8 +43,9 @@ def sliced_gangs(draw):
     return GangSpec("ml/g", members, count, 60.0, required=required, slice_size=size, slice_level=level)
 
 
-def build(nodes, used) -> ClusterState:
-    state = ClusterState(LEVELS)
+def build(nodes, used, levels=LEVELS) -> ClusterState:
+    """The nodes under ``levels``, with ``used[name]`` GPUs in use on each."""
+    state = ClusterState(levels)
     for n in nodes:
         state.upsert_node(n)
         if used[n.name]:
