@@ -37,7 +37,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from extender.core import verdicts
 from extender.core.placement.eligibility import label_mask, room
 from extender.core.model import PREEMPT_NEVER, Eligibility, GangSpec, PodFacts, Resources
-from extender.core.placement.planner import landing_domains, resolve_levels
+from extender.core.placement.levels import landing_domains, resolve_levels
 from extender.core.cluster.state import Slot, View
 from extender.core.cluster.topology import Domain, Topology, format_path
 

@@ -58,6 +58,7 @@ from extender.core.placement.packing import (
     rank_order,
     usable_nodes,
 )
+from extender.core.placement.levels import landing_levels, resolve_levels
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
 from extender.core.cluster.state import CORDONED, NOT_READY, Reservation, Slot, View
 from extender.core.cluster.topology import Domain, Fabric, Topology
@@ -128,31 +129,6 @@ class Constraints:
     """Replacements: the domain the gang's running members occupy."""
 
 
-def resolve_levels(gang: GangSpec, topo: Topology, fabric: Fabric | None = None) -> tuple[int, int | None, list[str]]:
-    """(bound level, preferred level, problems) for the gang's topology request, by name among
-    the levels of ``fabric`` when the cluster has several (never wider than the fabric)."""
-    problems = []
-    levels = [lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels]
-    known = ", ".join(levels) or "none"
-    where = "this cluster" if fabric is None else f"pool {fabric.name}"
-    bound, preferred = (-1 if fabric is None else 0), None
-    if gang.required is not None:
-        idx = topo.level_index(gang.required, fabric)
-        if idx is None:
-            problems.append(f"required topology level {gang.required!r} is not a level of {where} (levels: {known})")
-        else:
-            bound = idx
-    if gang.preferred is not None:
-        idx = topo.level_index(gang.preferred, fabric)
-        if idx is None:
-            problems.append(f"preferred topology level {gang.preferred!r} is not a level of {where} (levels: {known})")
-        elif idx < bound:
-            problems.append(f"preferred level {gang.preferred} is wider than required level {gang.required}")
-        else:
-            preferred = idx
-    return bound, preferred, problems
-
-
 def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
     """The gang's placement, or why there is none. With several fabrics, planned in each pool on
     its own tree (levels resolved by name there); the best of them wins (``_best_of``)."""
@@ -195,7 +171,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
     sliced = cut(gang, classes, rule.size) if rule else []
 
     whole_prefix: list[int] = []
-    for lvl in _levels(topo, bound, fabric):
+    for lvl in landing_levels(topo, bound, fabric):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
         frees = [free_prefix[b] - free_prefix[a] for a, b in zip(starts, ends)] if lvl < topo.depth else avail
         if not frees or max(frees) < total:
@@ -231,33 +207,6 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
                 taken, rail_set = _rail_aligned(view, left, classes, taken)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
-
-
-def _levels(topo: Topology, bound: int, fabric: Fabric | None) -> list[int]:
-    """The levels a gang may land at, narrowest first: from the host level out to ``bound``; in
-    a fabric, its own levels and the fabric itself, never a step through another pool's."""
-    if fabric is None:
-        return list(range(topo.depth, bound - 1, -1))
-    return [topo.depth, *(lvl for lvl in reversed(fabric.levels) if lvl >= bound), *([0] if bound <= 0 else [])]
-
-
-def landing_domains(gang: GangSpec, topo: Topology) -> list[list[Domain]]:
-    """Where the gang may land, narrowest first: per step, the domains of one level (with
-    several fabrics, of each pool's level at that height above the host; pools without the
-    gang's levels left out, and never a step through another pool's level)."""
-    steps: list[list[Domain]] = []
-    for fabric in topo.fabrics or (None,):
-        bound, _, problems = resolve_levels(gang, topo, fabric)
-        if problems:
-            continue
-        for height, lvl in enumerate(_levels(topo, bound, fabric)):
-            doms = [topo.domain(lvl, d) for d in range(topo.domain_count(lvl))]
-            if fabric is not None:
-                doms = [d for d in doms if fabric.start <= d.start and d.end <= fabric.end]
-            if height == len(steps):
-                steps.append([])
-            steps[height] += doms
-    return steps
 
 
 def _best_of(view: View, gang: GangSpec, results: list[tuple[Fabric, PlanResult]]) -> PlanResult:
@@ -598,4 +547,4 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
-           "domain_fits", "home_domains", "landing_domains", "plan", "resolve_levels"]
+           "domain_fits", "home_domains", "plan"]
