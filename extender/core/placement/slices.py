@@ -14,14 +14,14 @@ them, kubernetes-sigs/kueue@v0.17.0 pkg/cache/scheduler/tas_flavor_snapshot.go).
 given k slices holds their k x S pods over the fewest domains below it, and the slices follow
 its nodes in depth-first order, so slice k+1 sits next to slice k.
 
-Slices that mix shapes are packed one at a time, first-fit decreasing as mixed gangs are: each,
-in rank order, takes the best fit among the L-domains that still hold it (fewest GPUs left
-over); a domain a slice left partly used is the best fit for the next while it holds one.
+Slices that mix shapes are packed one at a time in rank order, first-fit decreasing as mixed
+gangs are, by the same rule as near as one slice at a time can follow it: into an L-domain
+earlier slices opened while one holds the slice (it fills before the next opens), else the best
+fit among the L-domains with the GPUs of every slice left, else the largest.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -79,9 +79,10 @@ def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]]
         return _pack_one_shape(view, avail, dom, slices, level)
     left = Left(view, avail)
     domains = _SliceDomains(view.topology, left, dom, level, slices[0] if slices else [])
+    rest = [*accumulate(sum(c.gpus * c.count for c in piece) for piece in reversed(slices))][::-1]
     parts: list[Taken] = []
-    for piece in slices:
-        taken = domains.place(piece)
+    for k, piece in enumerate(slices):
+        taken = domains.place(piece, rest[k])
         if taken is None:
             return len(parts)
         parts.append(taken)
@@ -136,8 +137,8 @@ def _pack_one_shape(view: View, avail: list[int], dom: Domain, slices: list[list
 
 
 class _SliceDomains:
-    """The domains of the slice level inside the gang's domain, by free GPUs (best fit first),
-    with the slots each still has per class."""
+    """The domains of the slice level inside the gang's domain, with the free GPUs and the slots
+    each still has per class, and which ones earlier slices opened."""
 
     def __init__(self, topo: Topology, left: Left, dom: Domain, level: int, classes: list[PodClass]) -> None:
         self.topo, self.left = topo, left
@@ -148,22 +149,27 @@ class _SliceDomains:
             self.domains = [topo.domain(level, d) for d in range(first, last + 1)]
         self.free = [sum(left.gpus_in(d.start, d.end)) for d in self.domains]
         self.slots = [[sum(c.cap[d.start:d.end]) for d in self.domains] for c in classes]
-        self.order = sorted((free, d) for d, free in enumerate(self.free))
+        self.opened: set[int] = set()
 
-    def place(self, piece: list[PodClass]) -> Taken | None:
+    def place(self, piece: list[PodClass], rest: int) -> Taken | None:
+        """The slice into, in turn: a domain earlier slices opened (least free first), so it
+        fills before the next opens; else the best fit among the domains with the GPUs of this
+        and every later slice (``rest``); else the largest. None: no domain holds it."""
         need = sum(c.gpus * c.count for c in piece)
-        for pos in range(bisect_left(self.order, (need, -1)), len(self.order)):
-            d = self.order[pos][1]
-            if any(c.count > self.slots[k][d] for k, c in enumerate(piece)):
-                continue
+        fits = [d for d, free in enumerate(self.free)
+                if free >= need and all(c.count <= self.slots[k][d] for k, c in enumerate(piece))]
+        opened = sorted((d for d in fits if d in self.opened), key=lambda d: (self.free[d], d))
+        fresh = [d for d in fits if d not in self.opened]
+        whole = sorted((d for d in fresh if self.free[d] >= rest), key=lambda d: (self.free[d], d))
+        largest = sorted((d for d in fresh if self.free[d] < rest), key=lambda d: (-self.free[d], d))
+        for d in [*opened, *whole, *largest]:
             taken = allocate(self.topo, self.left, self.domains[d], piece)
             if taken is None:
                 continue
-            del self.order[pos]
             dom = self.domains[d]
+            self.opened.add(d)
             self.free[d] = sum(self.left.gpus_in(dom.start, dom.end))
             for k, c in enumerate(piece):
                 self.slots[k][d] = sum(self.left.cap(c, i) for i in range(dom.start, dom.end))
-            insort(self.order, (self.free[d], d))
             return taken
         return None

@@ -219,3 +219,18 @@ def test_slices_of_mixed_shapes_share_their_domains_nodes_best_fit():
     a = plan(PARTLY_USED, pods)
     assert a.feasible and a.domain == ("b1", "r1", "n1")
     assert by_rank(a, pods) == ["h1", "h2", "h3", "h2"]
+
+
+def test_slices_of_mixed_shapes_fill_an_nvlink_domain_before_opening_the_next():
+    # Three slices of one 8-GPU and one 4-GPU pod (36 GPUs): no NVLink domain holds all three, so
+    # the first goes to the largest (n1, 32 free), the second fills n1 on, and the third takes
+    # the best fit for what is left (n2, tied with n3: the first). Two NVLink domains, not three.
+    drawing = ("block b1\n  rack r1\n    nvl n1: h1 h2 h3 h4\n    nvl n2: h5 h6 h7[0/8] h8[0/8]\n"
+               "    nvl n3: h9 h10 h11[0/8] h12[0/8]\n")
+    pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: NVL, REQ: LEAF})
+    for p, gpus in zip(pods, ["8", "4"] * 3):
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    a = plan(drawing, pods)
+    assert a.feasible, a.reason
+    nodes = by_rank(a, pods)
+    assert set(nodes[:4]) <= {"h1", "h2", "h3", "h4"} and set(nodes[4:]) == {"h5", "h6"}
