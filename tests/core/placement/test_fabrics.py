@@ -209,3 +209,10 @@ def test_two_pools_against_each_pool_alone(cluster_, count, gpus, required):
     event(f"{len(alone)} pools could")
     assert sorted(s.node for s in result.slots) == alone[pool][2]  # as that pool alone places it
     assert alone[pool][:2] == min(a[:2] for a in alone.values())  # the narrowest, then the best fit
+
+
+def test_a_members_address_names_its_pool_and_only_its_pools_levels():
+    (a,) = cluster(POOLS).plan_pending(gang("g", 4, GPUS, annotations={REQ: "subblock"}))
+    (first, *_) = a.ranks
+    assert [(p.name, p.domain.split("/")[0]) for p in first.domains] == [
+        ("fabric", "gke"), ("block", "gke"), ("subblock", "gke"), ("gce-host", "gke")]
