@@ -90,6 +90,22 @@ def test_explicit_levels_and_resource(files):
     assert out["gangs"][0]["reason"].startswith("gang ml/a: 2 pods, 0 GPUs on 1 node")
 
 
+def test_two_fabrics_list_each_pools_levels_and_a_gang_lands_in_one(tmp_path):
+    drawing = ("scheme topograph-v1\ntier-1 s1\n  tier-0 l1\n    nvl n1: a1 a2\n"
+               "scheme gke\nblock b1\n  rack sb1: g1 g2 g3\n")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": topotext.load(drawing).nodes}))
+    pending = tmp_path / "pending.json"
+    pending.write_text(json.dumps({"kind": "List", "items": gang("a", 3, 8)}))
+    out = json.loads(run("--nodes", str(nodes), "--gang", str(pending)).stdout)
+    assert out["topology"]["fabrics"] == {
+        "gke": ["cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock"],
+        "topograph-v1-2-tiers": ["fabric.topograph.run/tier-1", "fabric.topograph.run/tier-0",
+                                 "accelerator.topograph.run/domain"]}
+    (a,) = out["gangs"]
+    assert a["domain"] == ["gke", "b1", "sb1"] and sorted(a["placement"].values()) == ["g1", "g2", "g3"]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

@@ -63,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o["kind"] == "Pod"], groups,
                          dra, args.gpu_resource, args.rail_attribute)
     answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
-    out = {
-        "gangs": [plan_json(a) for a in answers],
-        "topology": {
-            "levels": [lvl.key for lvl in whatif.state.levels],
-            "problems": whatif.problems,
-        },
-    }
+    topology: dict[str, Any] = {"levels": [lvl.key for lvl in whatif.state.levels], "problems": whatif.problems}
+    fabrics: dict[str, list[str]] = {}
+    for lvl in whatif.state.levels:
+        if lvl.fabric:
+            fabrics.setdefault(lvl.fabric, []).append(lvl.key)
+    if fabrics:
+        topology["fabrics"] = fabrics  # each pool's own levels, broadest first
+    out = {"gangs": [plan_json(a) for a in answers], "topology": topology}
     if output.wants_json(args, sys.stdout):
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
