@@ -338,6 +338,23 @@ def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> 
             f"the rest must arrive within {max(left, 0):.0f}s")
 
 
+def waiting_for_leads(gang: str, leads: int, need: int, seconds: float, left: float) -> str:
+    return (f"gang {gang}: {leads}/{need} leads at bind, the first member for {seconds:.0f}s; the leads "
+            f"bind once all {need} are here, within {max(left, 0):.0f}s (the others bind as they come)")
+
+
+def leads_bound(gang: str, bound: int, slots: int, nodes: list[str], left: float) -> str:
+    shown = ", ".join(sorted(set(nodes))[:5]) + (" ..." if len(set(nodes)) > 5 else "")
+    return (f"gang {gang} started: {bound} pods bound first (its leads); {slots} slots stay reserved on "
+            f"{shown} for the members its controller creates next, each bound as it comes, for {max(left, 0):.0f}s")
+
+
+def later_members_timed_out(gang: str, bound: int, size: int, slots: int, seconds: float | None) -> str:
+    within = "its timeout" if seconds is None else f"{seconds:.0f}s"
+    return (f"gang {gang} timed out with {bound}/{size} GPU members bound: {slots} slots reserved for members "
+            f"not created within {within} given back; a member created later is planned beside the bound ones")
+
+
 def timeout_capped(gang: str, asked: float, cap: float) -> str:
     return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
             f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")

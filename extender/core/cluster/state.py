@@ -369,13 +369,14 @@ class ClusterState:
             self._by_free.setdefault(self._free[i], set()).add(i)
 
 
-def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> Slot | None:
-    """Give a member created after planning one of the slots reserved for missing members."""
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> str | None:
+    """Give a member created after planning one of the slots reserved for missing members; the
+    placeholder name it took, or None."""
     res = state.reservation(gang)
     if res is None:
         return None
     for slot in res.slots:
         if slot.member.startswith(f"{gang}#") and slot.gpus == gpus:
             state.rename_slot(gang, slot.member, member)
-            return state.slot_of(member)
+            return slot.member
     return None

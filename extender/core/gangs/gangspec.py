@@ -1,6 +1,6 @@
 """A gang's request, built from what its members and its group declare.
 
-Each role (size, timeout, required and preferred level, slice size and level) takes the declaration with the lowest
+Each role (size, timeout, required and preferred level, slice size and level, leads) takes the declaration with the lowest
 precedence found among the members and the group; members that declare different values at
 that precedence are a problem of the gang. Values are bounded before anything is sized by
 them: a pod's creator is not trusted.
@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from extender.core.model import (
+    LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
@@ -62,7 +63,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility, p.lead) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -78,6 +79,10 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
+    leads = chosen(LEAD_SIZE)
+    lead_size = positive_int(leads.value, leads.source, MAX_MIN_MEMBER, problems, default=0) if leads else 0
+    if lead_size > min_member:
+        problems.append(f"{leads.source if leads else LEAD_SIZE} is {lead_size}, more than the gang's {min_member} members")
     problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
     spec = GangSpec(
         key=key,
@@ -89,12 +94,16 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         invalid=tuple(problems),
         sized=size is not None,
         timeout_capped_from=capped_from,
+        lineage=next((p.gang.lineage for p in pods if p.gang.lineage), ""),
+        lead_size=lead_size,
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
         # A round of replacements is planned beside the running members, not in slices of
         # its own (docs/reference.md, Slices).
-        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None)
+        # Its leads were bound in the first round: this one binds all at once.
+        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None,
+                       lead_size=0)
     return spec
 
 

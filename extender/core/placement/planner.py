@@ -55,7 +55,7 @@ from extender.core.placement.packing import (
     usable_nodes,
 )
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
-from extender.core.cluster.state import CORDONED, NOT_READY, Reservation, Slot, View
+from extender.core.cluster.state import CORDONED, NOT_READY, Slot, View
 from extender.core.cluster.topology import Domain, Topology
 
 
@@ -287,12 +287,13 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     return out
 
 
-def named_slots(placement: Placement | None, held: Reservation | None) -> Placement | None:
-    """The placement with its GPU slots as the reservation holds them now: the members created
-    after planning by name, in the same order (so the same ranks)."""
-    if placement is None or held is None:
+def named_slot(placement: Placement | None, placeholder: str, member: str) -> Placement | None:
+    """The placement with a member created after planning named in the slot it took, in the
+    same place (so the same rank)."""
+    if placement is None:
         return placement
-    return replace(placement, slots=(*held.slots, *(s for s in placement.slots if s.gpus == 0)))
+    return replace(placement, slots=tuple(replace(s, member=member) if s.member == placeholder else s
+                                          for s in placement.slots))
 
 
 # -- building blocks ------------------------------------------------------------------------
