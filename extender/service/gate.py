@@ -39,7 +39,7 @@ class PermitGate:
                 decision = ctx.book.permit(gang, key, uid, node, ctx.clock())
                 ctx.changed(wake=False)
             rec = ctx.book.get(gang) if isinstance(decision, Allow) else None
-            addresses = gang_addresses(ctx.state.topology, rec.placement) if rec is not None else {}
+            addresses = gang_addresses(ctx.state.topology, rec.placement, rec.spec) if rec is not None else {}
         match decision:
             case None:
                 error = self._bind_all({key: (uid, node)})[key]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from extender.core.placement.address import whole_ranks
 from extender.core.model import (
     LEAD_SIZE,
     MIN_MEMBER,
@@ -38,11 +39,12 @@ def group_of(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> Gro
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
-          running: int = 0, max_timeout: float = 0.0) -> GangSpec:
+          running: Sequence[PodFacts] = (), max_timeout: float = 0.0) -> GangSpec:
     """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
 
-    ``running``: members of the gang already bound and running; they count toward min-member,
-    so replacements for a running gang's lost members are planned as a round of their own.
+    ``running``: members of the gang already bound and running (or done); they count toward
+    min-member, so replacements for a running gang's lost members are planned as a round of
+    their own, each with its rank in the whole gang (``address.whole_ranks``).
     ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
     calls first); 0: no cap.
     """
@@ -100,10 +102,11 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
         # A round of replacements is planned beside the running members, not in slices of
-        # its own (docs/reference.md, Slices).
-        # Its leads were bound in the first round: this one binds all at once.
-        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None,
-                       lead_size=0)
+        # its own (docs/reference.md, Slices); its leads were bound in the first round: this
+        # one binds all at once.
+        spec = replace(spec, min_member=max(len(members), min_member - len(running)), slice_size=0,
+                       slice_level=None, lead_size=0, gang_slice_size=spec.slice_size,
+                       ranks=whole_ranks([*(Member(p.key, p.gpus, p.rank) for p in running), *members]))
     return spec
 
 

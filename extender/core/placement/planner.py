@@ -287,6 +287,18 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     return out
 
 
+def home_nodes(gang: GangSpec, running: Sequence[tuple[str, str]]) -> list[str]:
+    """The nodes a round beside running members ((member, node) each) stays near: for a sliced
+    gang whose new members all take one slice (``GangSpec.ranks``), that slice's running members'
+    nodes, so a replacement lands in its slice's domain when it fits; else every running one's."""
+    nodes = [node for _, node in running if node]
+    rank, size = dict(gang.ranks), gang.gang_slice_size
+    mine = {rank[m.key] // size for m in gang.members if m.key in rank} if size else set()
+    if len(mine) != 1:
+        return nodes
+    return [node for key, node in running if node and key in rank and rank[key] // size in mine] or nodes
+
+
 def named_slot(placement: Placement | None, placeholder: str, member: str) -> Placement | None:
     """The placement with a member created after planning named in the slot it took, in the
     same place (so the same rank)."""
@@ -505,5 +517,5 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
     )
 
 
-__all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
+__all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult", "home_nodes",
            "domain_fits", "home_domains", "plan", "resolve_levels"]

@@ -192,7 +192,7 @@ class GangBookMachine(RuleBasedStateMachine):
                 members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
                 running = self.pods.bound_pods(rec.key) + self.pods.done_pods(rec.key)  # as Context.request
                 spec = gangspec.build(rec.key, sorted(members, key=lambda p: p.key), None, TIMEOUT,
-                                      running=len(running))
+                                      running=running)
                 self.book.reserve(rec, spec, self.now)
             slot = self.state.slot_of(pod.key)
             names = [n for n in NODES if self.state.node(n) is not None and not (refuse and slot and n == slot.node)]

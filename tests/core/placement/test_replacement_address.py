@@ -1,0 +1,40 @@
+"""A round of replacements is planned beside the running members, yet each replacement gets its
+rank in the whole gang and that rank's slice (issue 20 item 4). The oracle: the ranks are the
+rank index labels' order, 0 .. N-1, as the first round gave them."""
+
+from __future__ import annotations
+
+from extender.core.gangs import gangspec
+from extender.core.model import MIN_MEMBER, SLICE_LEVEL, SLICE_SIZE, Declaration, GangRef, PodFacts
+from extender.core.placement.planner import home_nodes
+
+DECLARED = (Declaration(MIN_MEMBER, "m", "6", 0), Declaration(SLICE_SIZE, "s", "2", 0),
+            Declaration(SLICE_LEVEL, "l", "nvlink", 0))
+
+
+def member(i: int, node: str = "") -> PodFacts:
+    return PodFacts("ml", f"w-{i}", f"uid-{i}", GangRef("ml/g", True), node=node, gpus=8, rank=(i,),
+                    declarations=DECLARED, phase="Running" if node else "Pending")
+
+
+def test_replacements_take_the_ranks_and_slices_of_the_members_they_replace():
+    running = [member(i, f"h{i}") for i in (0, 1, 2, 5)]
+    spec = gangspec.build("ml/g", [member(4), member(3)], None, 60, running=running)
+    assert spec.min_member == 2 and spec.slice_size == 0  # a round of its own, planned unsliced
+    ranks = dict(spec.ranks)
+    assert (ranks["ml/w-3"], ranks["ml/w-4"]) == (3, 4) and spec.gang_slice_size == 2
+    assert ranks["ml/w-5"] == 5
+
+
+def test_a_replacement_stays_near_its_slice_and_a_round_over_two_slices_near_the_gang():
+    running = [member(i, f"h{i}") for i in (0, 1, 2, 4, 5)]
+    spec = gangspec.build("ml/g", [member(3)], None, 60, running=running)
+    pairs = [(p.key, p.node) for p in running]
+    assert home_nodes(spec, pairs) == ["h2"]  # rank 3 is in slice 1 with rank 2
+    wide = gangspec.build("ml/g", [member(1), member(3)], None, 60, running=[running[0], *running[2:]])
+    assert home_nodes(wide, [(p.key, p.node) for p in [running[0], *running[2:]]]) == ["h0", "h2", "h4", "h5"]
+
+
+def test_a_first_round_has_no_whole_gang_ranks():
+    spec = gangspec.build("ml/g", [member(i) for i in range(6)], None, 60)
+    assert spec.ranks == () and spec.slice_size == 2
