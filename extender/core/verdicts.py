@@ -11,7 +11,7 @@ from typing import Mapping
 
 from extender.core.placement.planner import NoPlacement, Placement
 from extender.core.placement.slices import SliceRule
-from extender.core.cluster.topology import Topology, format_path
+from extender.core.cluster.topology import Domain, Topology, format_path
 
 
 @dataclass(frozen=True)
@@ -353,6 +353,11 @@ def later_members_timed_out(gang: str, bound: int, size: int, slots: int, second
     within = "its timeout" if seconds is None else f"{seconds:.0f}s"
     return (f"gang {gang} timed out with {bound}/{size} GPU members bound: {slots} slots reserved for members "
             f"not created within {within} given back; a member created later is planned beside the bound ones")
+
+
+def warm_restart(topo: Topology, lineage: str, domain: Domain) -> str:
+    return (f"back in {topo.level_word(domain.level)} {format_path(domain.path)}, where the last instance of "
+            f"{lineage} was bound (warm restart)")
 
 
 def timeout_capped(gang: str, asked: float, cap: float) -> str:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.gangs import starvation
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
+from extender.core.placement.planner import Constraints, NoPlacement, Placement, named_slot, plan, plan_near
 from extender.core.cluster.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot
@@ -42,6 +42,11 @@ from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
+WARM_SECONDS = 600.0
+"""How long the book remembers the domain a workload's gang was bound in, to plan the
+workload's next instance (a restart attempt: ``GangSpec.lineage``) back into it."""
+WARM_LINEAGES = 10_000
+"""Workloads remembered at once; beyond that the one bound longest ago is forgotten."""
 
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
@@ -159,6 +164,9 @@ class GangBook:
         """What the gangs' pods should be told since the service last took them (``take_notices``)."""
         self._leftovers = itertools.count(1)
         self._next_gc = 0.0
+        self._warm: dict[str, tuple[str, tuple[str | None, ...], float]] = {}
+        """lineage -> (level key, path, when) of the domain its last instance was bound in,
+        oldest first (``WARM_SECONDS``, ``WARM_LINEAGES``)."""
 
     def get(self, key: str) -> GangRecord | None:
         return self._gangs.get(key)
@@ -210,8 +218,11 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
-        # A drained gang lands where it drained; else in the first of its homes that holds it.
-        result = starvation.inside(spec, view, drain, refused) or plan_near(spec, view, refused, homes)
+        # A drained gang lands where it drained; else in the first of its homes that holds it;
+        # a new instance of a workload back where its last one was bound, when it fits there.
+        warm = self._warm_home(spec, now) if not homes else None
+        result = starvation.inside(spec, view, drain, refused) or self._warm_plan(spec, view, refused, warm) \
+            or plan_near(spec, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()
@@ -239,6 +250,8 @@ class GangBook:
         rec.lead_size = spec.lead_size
         rec.leads = {m.key for m in spec.members if m.lead and m.gpus > 0}
         rec.reason = verdicts.explain_placement(topo, result)
+        if warm is not None and warm.start <= result.domain.start and result.domain.end <= warm.end:
+            rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, warm)
         if spec.timeout_capped_from is not None:
             capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
             rec.reason += f"; {capped}"
@@ -350,6 +363,7 @@ class GangBook:
             rec.reason = verdicts.leads_bound(gang, len(members), len(rest), [s.node for s in rest],
                                               (rec.deadline or now) - now)
             self.notices.append(Notice(tuple(members), "GangStarted", rec.reason, warning=False))
+            self._remember(rec, now)
             self._step(rec, Event.LEADS_BOUND)
             return None
         self._bound(rec, now, len(members))
@@ -386,10 +400,44 @@ class GangBook:
             self.state.reserve(Reservation(gang, rest, held.deadline))
         return rest
 
+    def _warm_home(self, spec: GangSpec, now: float) -> Domain | None:
+        """The domain the last bound instance of the gang's workload held, if remembered and
+        still a domain of the cluster."""
+        found = self._warm.get(spec.lineage or spec.key)
+        if found is None or now - found[2] > WARM_SECONDS:
+            return None
+        topo = self.state.topology
+        lvl = topo.level_index(found[0])
+        if lvl is None:
+            return None
+        d = next((d for d, path in enumerate(topo.paths[lvl]) if path == found[1]), None)
+        return topo.domain(lvl, d) if d is not None else None
+
+    def _warm_plan(self, spec: GangSpec, view: View, refused: Collection[str], warm: Domain | None) -> Placement | None:
+        if warm is None:
+            return None
+        result = plan(spec, view, Constraints(refused, warm))
+        return replace(result, home=None) if isinstance(result, Placement) else None
+
+    def _remember(self, rec: GangRecord, now: float) -> None:
+        """A first round was bound: its workload's next instance is planned back into its domain."""
+        if rec.spec is None or rec.placement is None or rec.spec.ranks or rec.placement.level < 0:
+            return
+        key = self.state.topology.level_key(rec.placement.level)
+        if key is None:
+            return
+        lineage = rec.spec.lineage or rec.key
+        self._warm.pop(lineage, None)
+        self._warm[lineage] = (key, rec.placement.domain.path, now)
+        while len(self._warm) > WARM_LINEAGES:
+            del self._warm[next(iter(self._warm))]
+
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
         rec.bound_at = now
         rec.reason = verdicts.gang_bound(rec.key, pods)
+        if rec.phase == Phase.BINDING:
+            self._remember(rec, now)
         self._step(rec, Event.BOUND)
         self.observer.gang_finished("bound")
         self.observer.gang_time_to_bind(now - rec.first_seen)
@@ -478,6 +526,8 @@ class GangBook:
         if now < self._next_gc:
             return
         self._next_gc = now + GC_SECONDS
+        while self._warm and now - next(iter(self._warm.values()))[2] > WARM_SECONDS:
+            del self._warm[next(iter(self._warm))]
         for key, rec in list(self._gangs.items()):
             if rec.phase in HOLDING or has_pending(key):
                 continue
