@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from extender.core.gangs import book
+from extender.core.gangs import warm
 from tests.service.test_live import bind_async, create, extender
 from tests.topologies import TRANSLATE, gang
 
@@ -78,13 +78,13 @@ def test_the_last_domain_is_forgotten_after_warm_seconds(monkeypatch):
     first = attempt(0)
     plan, _ = run(ext, first, names=["h3", "h4", "h5"])
     finish(ext, first, plan)
-    clock.now += book.WARM_SECONDS + 1
+    clock.now += warm.WARM_SECONDS + 1
     again, reason = run(ext, attempt(1))
     assert set(again.values()) == {"h1", "h2"} and "warm restart" not in reason
 
 
 def test_at_most_warm_lineages_workloads_are_remembered(monkeypatch):
-    monkeypatch.setattr(book, "WARM_LINEAGES", 1)
+    monkeypatch.setattr(warm, "WARM_LINEAGES", 1)
     ext, _, _ = extender(DRAWING)
     first = attempt(0)
     plan, _ = run(ext, first, names=["h3", "h4", "h5"])

@@ -26,28 +26,21 @@ writes a record (``tests/core/gangs/test_records.py``); the others read it.
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs import starvation
+from extender.core.gangs import starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.placement.planner import Constraints, NoPlacement, Placement, named_slot, plan, plan_near
+from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
 from extender.core.cluster.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
-from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot
+from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, keep_bound
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
-WARM_SECONDS = 600.0
-"""How long the book remembers the domain a workload's gang was bound in, to plan the
-workload's next instance (a restart attempt: ``GangSpec.lineage``) back into it."""
-WARM_LINEAGES = 10_000
-"""Workloads remembered at once; beyond that the one bound longest ago is forgotten."""
-
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
 
@@ -164,9 +157,8 @@ class GangBook:
         """What the gangs' pods should be told since the service last took them (``take_notices``)."""
         self._leftovers = itertools.count(1)
         self._next_gc = 0.0
-        self._warm: dict[str, tuple[str, tuple[str | None, ...], float]] = {}
-        """lineage -> (level key, path, when) of the domain its last instance was bound in,
-        oldest first (``WARM_SECONDS``, ``WARM_LINEAGES``)."""
+        self.warm = warm.WarmHomes()
+        """Where each workload's last instance was bound (``core.gangs.warm``)."""
 
     def get(self, key: str) -> GangRecord | None:
         return self._gangs.get(key)
@@ -220,8 +212,8 @@ class GangBook:
         refused = {*refused, *rec.refused}
         # A drained gang lands where it drained; else in the first of its homes that holds it;
         # a new instance of a workload back where its last one was bound, when it fits there.
-        warm = self._warm_home(spec, now) if not homes else None
-        result = starvation.inside(spec, view, drain, refused) or self._warm_plan(spec, view, refused, warm) \
+        last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
+        result = starvation.inside(spec, view, drain, refused) or warm.inside(spec, view, refused, last) \
             or plan_near(spec, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
@@ -250,8 +242,8 @@ class GangBook:
         rec.lead_size = spec.lead_size
         rec.leads = {m.key for m in spec.members if m.lead and m.gpus > 0}
         rec.reason = verdicts.explain_placement(topo, result)
-        if warm is not None and warm.start <= result.domain.start and result.domain.end <= warm.end:
-            rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, warm)
+        if last is not None and last.start <= result.domain.start and result.domain.end <= last.end:
+            rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, last)
         if spec.timeout_capped_from is not None:
             capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
             rec.reason += f"; {capped}"
@@ -356,7 +348,7 @@ class GangBook:
             return Compensate(tuple((k, members[k][0]) for k, error in results.items() if not error))
         rec.results = dict(results)
         rec.bound_uids.update(uid for uid, _ in members.values())
-        rest = self._keep_bound(gang, set(members))
+        rest = keep_bound(self.state, gang, set(members), f"{gang}#bound-{next(self._leftovers)}")
         if rest:
             # Leads bound (every all-at-once round binds every slot): the rest stay reserved.
             rec.waiting.clear()
@@ -378,59 +370,15 @@ class GangBook:
         if rec is None:
             return Outcome(BOUND)
         rec.bound_uids.add(uid)
-        rest = self._keep_bound(gang, {member})
+        rest = keep_bound(self.state, gang, {member}, f"{gang}#bound-{next(self._leftovers)}")
         if rec.phase == Phase.STARTED and not rest:
             self._bound(rec, now, rec.min_member)
         return Outcome(BOUND)
 
-    def _keep_bound(self, gang: str, members: set[str]) -> tuple[Slot, ...]:
-        """Move the bound members' slots out of the gang's reservation; the slots left in it.
-
-        Slots are consumed as the watch shows each pod bound (or deleted); until then they stay
-        reserved, under a key of their own so that a next round of the gang (a new member,
-        filtered before the watch caught up) can plan."""
-        held = self.state.release(gang)
-        if held is None:
-            return ()
-        bound = tuple(s for s in held.slots if s.member in members)
-        rest = tuple(s for s in held.slots if s.member not in members)
-        if bound:
-            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", bound, math.inf, bound=True))
-        if rest:
-            self.state.reserve(Reservation(gang, rest, held.deadline))
-        return rest
-
-    def _warm_home(self, spec: GangSpec, now: float) -> Domain | None:
-        """The domain the last bound instance of the gang's workload held, if remembered and
-        still a domain of the cluster."""
-        found = self._warm.get(spec.lineage or spec.key)
-        if found is None or now - found[2] > WARM_SECONDS:
-            return None
-        topo = self.state.topology
-        lvl = topo.level_index(found[0])
-        if lvl is None:
-            return None
-        d = next((d for d, path in enumerate(topo.paths[lvl]) if path == found[1]), None)
-        return topo.domain(lvl, d) if d is not None else None
-
-    def _warm_plan(self, spec: GangSpec, view: View, refused: Collection[str], warm: Domain | None) -> Placement | None:
-        if warm is None:
-            return None
-        result = plan(spec, view, Constraints(refused, warm))
-        return replace(result, home=None) if isinstance(result, Placement) else None
-
     def _remember(self, rec: GangRecord, now: float) -> None:
         """A first round was bound: its workload's next instance is planned back into its domain."""
-        if rec.spec is None or rec.placement is None or rec.spec.ranks or rec.placement.level < 0:
-            return
-        key = self.state.topology.level_key(rec.placement.level)
-        if key is None:
-            return
-        lineage = rec.spec.lineage or rec.key
-        self._warm.pop(lineage, None)
-        self._warm[lineage] = (key, rec.placement.domain.path, now)
-        while len(self._warm) > WARM_LINEAGES:
-            del self._warm[next(iter(self._warm))]
+        if rec.spec is not None and rec.placement is not None and not rec.spec.ranks:
+            self.warm.remember(rec.spec.lineage or rec.key, self.state.topology, rec.placement.domain, now)
 
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
@@ -526,8 +474,7 @@ class GangBook:
         if now < self._next_gc:
             return
         self._next_gc = now + GC_SECONDS
-        while self._warm and now - next(iter(self._warm.values()))[2] > WARM_SECONDS:
-            del self._warm[next(iter(self._warm))]
+        self.warm.prune(now)
         for key, rec in list(self._gangs.items()):
             if rec.phase in HOLDING or has_pending(key):
                 continue
