@@ -303,9 +303,11 @@ class GangBook:
         if rec.phase not in RESERVED and rec.phase != Phase.STARTED:
             return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
         slot = self.state.slot_of(member)
-        if slot is None or slot.node != node or self.state.slot_gang(member) != gang:
+        if slot is None or slot.node != node:
             return Reject(verdicts.wrong_node(member, node, gang, slot.node if slot else None))
         if rec.phase == Phase.STARTED:
+            if self.state.slot_gang(member) != gang:  # its slot is one of the leads' (bound) round
+                return Reject(verdicts.wrong_node(member, node, gang, None))
             self._step(rec, Event.ALLOWED)
             return Allow(rec.round, {member: (uid, node)}, later=True)
         rec.waiting[member] = (uid, node)
