@@ -79,12 +79,10 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if max_timeout and timeout > max_timeout:
         capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
+    leads = chosen(LEAD_SIZE)
+    lead_size = positive_int(leads.value, leads.source, min_member, problems, default=0) if leads else 0
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
-    leads = chosen(LEAD_SIZE)
-    lead_size = positive_int(leads.value, leads.source, MAX_MIN_MEMBER, problems, default=0) if leads else 0
-    if lead_size > min_member:
-        problems.append(f"{leads.source if leads else LEAD_SIZE} is {lead_size}, more than the gang's {min_member} members")
     problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
     spec = GangSpec(
         key=key,
@@ -96,7 +94,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         invalid=tuple(problems),
         sized=size is not None,
         timeout_capped_from=capped_from,
-        lineage=next((p.gang.lineage for p in pods if p.gang.lineage), ""),
+        lineage=pods[0].gang.lineage if pods else "",
         lead_size=lead_size,
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
