@@ -120,3 +120,19 @@ def test_a_gang_without_leads_still_binds_all_at_once():
     ext.expire()
     t.join(5)
     assert isinstance(errors["g-0"], GangTimedOut) and binder.bound == []
+
+
+def test_after_a_restart_of_railyard_the_members_still_to_come_bind_as_one_round_beside_the_leads():
+    ext, binder, _ = extender()
+    (lead,) = members(1, lead=True)
+    ext.pod_upserted(running(lead, "h1"))  # what a new process lists: the lead runs
+    followers = members(2, start=1)
+    create(ext, followers)
+    nodes = [ext.filter(p, NODES).node_names for p in followers]
+    assert sorted(n for (n,) in nodes) == ["h2", "h3"]  # beside the lead, in rack r1
+    errors = {}
+    threads = [bind_async(ext, {"metadata": {"name": p.name, "uid": p.uid}}, n[0], errors)
+               for p, n in zip(followers, nodes)]
+    for t in threads:
+        t.join(5)
+    assert errors == {} and sorted(k for k, _ in binder.bound) == ["ml/g-1", "ml/g-2"]
