@@ -355,6 +355,11 @@ def later_members_timed_out(gang: str, bound: int, size: int, slots: int, second
             f"not created within {within} given back; a member created later is planned beside the bound ones")
 
 
+def group_changed(gang: str, group: str, size: int, now_size: int, leads: int, now_leads: int) -> str:
+    return (f"gang {gang}: its group {group} changed what it asks (size {size} -> {now_size}, leads {leads} -> "
+            f"{now_leads}): planned again")
+
+
 def warm_restart(topo: Topology, lineage: str, domain: Domain) -> str:
     return (f"back in {topo.level_word(domain.level)} {format_path(domain.path)}, where the last instance of "
             f"{lineage} was bound (warm restart)")

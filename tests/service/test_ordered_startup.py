@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from extender.core.errors import GangTimedOut
-from extender.core.model import LEAD_SIZE, Declaration
+from extender.core.errors import GangTimedOut, GangUnreserved
+from extender.core.model import LEAD_SIZE, Declaration, GroupFacts
 from tests.service.test_live import NODES, bind_async, create, extender
 from tests.topologies import TRANSLATE, gang, pod
 
@@ -136,3 +136,28 @@ def test_after_a_restart_of_railyard_the_members_still_to_come_bind_as_one_round
     for t in threads:
         t.join(5)
     assert errors == {} and sorted(k for k, _ in binder.bound) == ["ml/g-1", "ml/g-2"]
+
+
+def test_a_lead_size_its_group_object_declares_late_replans_the_waiting_gang_at_once():
+    """The workload object (a LeaderWorkerSet with startupPolicy LeaderReady) is watched apart
+    from the pods: seen after the leader was planned, it still frees the leader at once."""
+    ext, binder, _ = extender()
+    (lead,) = members(1, lead=True)
+    lead = replace(lead, declarations=tuple(d for d in lead.declarations if d.role != LEAD_SIZE))
+    create(ext, [lead])
+    (node,) = ext.filter(lead, NODES).node_names
+    errors = {}
+    t = bind_async(ext, {"metadata": {"name": lead.name, "uid": lead.uid}}, node, errors)
+    t.join(0.3)
+    assert t.is_alive() and binder.bound == []  # no lead size yet: held for all three
+    ext.group_upserted(GroupFacts("ml/g", (Declaration(LEAD_SIZE, "LeaderWorkerSet ml/g startupPolicy", 1, 1),),
+                                  kind="podgroups"))
+    t.join(5)
+    assert isinstance(errors["g-0"], GangUnreserved)
+    assert "its group ml/g changed what it asks (size 3 -> 3, leads 0 -> 1): planned again" in str(errors["g-0"])
+    (node,) = ext.filter(lead, NODES).node_names  # kube-scheduler's retry
+    assert bind(ext, lead, node) is None and binder.bound == [("ml/g-0", node)]
+    # The same group again (a status update) changes nothing.
+    ext.group_upserted(GroupFacts("ml/g", (Declaration(LEAD_SIZE, "LeaderWorkerSet ml/g startupPolicy", 1, 1),),
+                                  kind="podgroups"))
+    assert ext.debug_gangs()[0].phase == "started"
