@@ -4,9 +4,9 @@ the lost member's slice domain and carries the lost member's whole address (rank
 domains), not a bare Binding.
 
 Leaf r1 has five free nodes: the gang of 4 x 8 GPUs in slices of 2 per NVLink domain fits it
-best; slice 0 fills n2 exactly, slice 1 takes two of n1's three nodes. When a pod of slice 0 is
-deleted, r1 has two free nodes: the one it left in n2 and the spare in n1 (first in node order).
-The replacement must go back to n2, beside its slice.
+best; one slice fills n2 exactly, the other takes two of n1's three nodes. When a pod of the n2
+slice is deleted, r1 has two free nodes: the one it left in n2 and the spare in n1 (first in node
+order). The replacement must go back to n2, beside its slice.
 """
 
 from __future__ import annotations
@@ -72,22 +72,23 @@ def test_a_replaced_member_comes_home_to_its_slice_with_the_lost_members_address
     first = wait_for(lambda: _running_by_index(cluster, ns), 120, "the Job's 4 pods Running")
     nodes = {i: p.spec.node_name for i, p in first.items()}
     assert set(nodes.values()) <= {"a1", "a2", "a3", "b1", "b2"}  # leaf r1, the best fit
-    lost = first["0"]
+    # A member of the slice that fills n2 (b1, b2): the spare n1 node is beside it in the rack.
+    index = next(i for i, n in nodes.items() if n in {"b1", "b2"})
+    lost = first[index]
     address = _address(lost)
-    assert address["railyard.io/rank"] == "0" and address["railyard.io/slice"] == "0"
-    home = address[DOMAIN + "nvlink"]
-    assert home == "b1/r1/n2" and lost.spec.node_name in {"b1", "b2"}  # slice 0 filled n2 exactly
-    assert {"a1", "a2", "a3"} - set(nodes.values()), "a spare node beside the slice's domain"
+    assert address["railyard.io/rank"] == index and address["railyard.io/slice"] == str(int(index) // 2)
+    assert address[DOMAIN + "nvlink"] == "b1/r1/n2"
+    assert len({"a1", "a2", "a3"} - set(nodes.values())) == 1, "a spare node beside the slice's domain"
 
     cluster.core.delete_namespaced_pod(lost.metadata.name, ns)
 
     def replaced() -> dict[str, Any] | None:
         now = _running_by_index(cluster, ns)
-        return now if now and now["0"].metadata.name != lost.metadata.name else None
+        return now if now and now[index].metadata.name != lost.metadata.name else None
 
     # The Job controller's failure backoff (10 s for a first failure) comes first.
-    after = wait_for(replaced, 120, "the Job controller's new pod for completion index 0")
-    again = after["0"]
+    after = wait_for(replaced, 120, f"the Job controller's new pod for completion index {index}")
+    again = after[index]
     assert again.spec.node_name == lost.spec.node_name  # home: n2, not the spare in n1
     assert _address(again) == address  # rank, slice and every domain of the member it replaces
 

@@ -38,6 +38,25 @@ def running(p, node, phase="Running"):
     return replace(p, node=node, phase=phase)
 
 
+def lead_bound(ext):
+    """The gang's lead created, planned and bound (at once); its node."""
+    (lead,) = members(1, lead=True)
+    create(ext, [lead])
+    (node,) = ext.filter(lead, NODES).node_names
+    assert bind(ext, lead, node) is None
+    return lead, node
+
+
+def bind_together(ext, pods):
+    """Filter then bind every pod, the bind calls at once; the errors by pod name."""
+    nodes = [ext.filter(p, NODES).node_names for p in pods]
+    assert all(len(n) == 1 for n in nodes), nodes
+    errors = {}
+    for t in [bind_async(ext, {"metadata": {"name": p.name, "uid": p.uid}}, n[0], errors) for p, n in zip(pods, nodes)]:
+        t.join(5)
+    return [n for (n,) in nodes], errors
+
+
 def test_the_lead_binds_at_once_and_the_others_into_their_reserved_slots_as_they_come():
     ext, binder, _ = extender()
     (lead,) = members(1, lead=True)
@@ -69,10 +88,7 @@ def test_the_lead_binds_at_once_and_the_others_into_their_reserved_slots_as_they
 
 def test_slots_of_members_never_created_are_given_back_at_the_deadline_with_numbers():
     ext, binder, clock = extender()
-    (lead,) = members(1, lead=True)
-    create(ext, [lead])
-    (node,) = ext.filter(lead, NODES).node_names
-    assert bind(ext, lead, node) is None
+    lead, node = lead_bound(ext)
     ext.pod_upserted(running(lead, node))
     clock.now += ext.ctx.settings.gangs.default_timeout_seconds + 1
     ext.expire()
@@ -85,22 +101,13 @@ def test_slots_of_members_never_created_are_given_back_at_the_deadline_with_numb
 
 def test_a_lead_that_finished_counts_as_done_when_the_others_come_after_the_deadline():
     ext, binder, clock = extender()
-    (lead,) = members(1, lead=True)
-    create(ext, [lead])
-    (node,) = ext.filter(lead, NODES).node_names
-    assert bind(ext, lead, node) is None
+    lead, node = lead_bound(ext)
     ext.pod_upserted(running(lead, node, "Succeeded"))  # an initializer: it ran and finished
     clock.now += ext.ctx.settings.gangs.default_timeout_seconds + 1
     ext.expire()
     followers = members(2, start=1)
     create(ext, followers)
-    nodes = [ext.filter(p, NODES).node_names for p in followers]
-    assert all(len(n) == 1 for n in nodes), nodes
-    errors = {}
-    threads = [bind_async(ext, {"metadata": {"name": p.name, "uid": p.uid}}, n[0], errors)
-               for p, n in zip(followers, nodes)]
-    for t in threads:
-        t.join(5)
+    _, errors = bind_together(ext, followers)
     assert errors == {}  # the two bound together: nobody waited for a third member
     assert sorted(k for k, _ in binder.bound) == ["ml/g-0", "ml/g-1", "ml/g-2"]
 
@@ -128,13 +135,8 @@ def test_after_a_restart_of_railyard_the_members_still_to_come_bind_as_one_round
     ext.pod_upserted(running(lead, "h1"))  # what a new process lists: the lead runs
     followers = members(2, start=1)
     create(ext, followers)
-    nodes = [ext.filter(p, NODES).node_names for p in followers]
-    assert sorted(n for (n,) in nodes) == ["h2", "h3"]  # beside the lead, in rack r1
-    errors = {}
-    threads = [bind_async(ext, {"metadata": {"name": p.name, "uid": p.uid}}, n[0], errors)
-               for p, n in zip(followers, nodes)]
-    for t in threads:
-        t.join(5)
+    nodes, errors = bind_together(ext, followers)
+    assert sorted(nodes) == ["h2", "h3"]  # beside the lead, in rack r1
     assert errors == {} and sorted(k for k, _ in binder.bound) == ["ml/g-1", "ml/g-2"]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.service.test_live import bind_async, create, extender
 from tests.topologies import gang
 
-# Slice 0 fits n2 exactly, slice 1 takes two of n1's three nodes: one n1 node stays free.
+# One slice fills n2 exactly, the other takes two of n1's three nodes: one n1 node stays free.
 RACK = """
 block b1
   rack r1
@@ -42,19 +42,21 @@ def test_a_replacement_takes_the_lost_members_rank_slice_and_slice_domain():
         p["spec"]["nodeName"] = plan[p["metadata"]["name"]]
         p["status"]["phase"] = "Running"
         ext.pod_upserted(p)
-    lost = binder.marks["ml/g-0"].address
-    assert (lost.rank, lost.slice) == (0, 0)
-    nvlink = {pl.name: pl.domain for pl in lost.domains}["nvlink"]
     free = set(NODES) - set(plan.values())
-    assert free and all(n not in {"h3", "h4"} for n in free) and nvlink == "b1/r1/n2"  # a free node elsewhere
-    ext.pod_deleted(pods[0])
-    (again,) = job(1)
-    again["metadata"]["uid"] = "uid-ml-g-0-again"
+    assert free == {"h0", "h1", "h2"} - set(plan.values()) and len(free) == 1  # one spare node, in n1
+    # A member of the slice that fills n2 (h3, h4): the spare n1 node is beside it in the rack.
+    i = next(i for i, p in enumerate(pods) if plan[p["metadata"]["name"]] in {"h3", "h4"})
+    lost = binder.marks[f"ml/g-{i}"].address
+    assert lost.rank == i and lost.slice == i // 2  # the first round's ranks: the completion indexes
+    assert {pl.name: pl.domain for pl in lost.domains}["nvlink"] == "b1/r1/n2"
+    ext.pod_deleted(pods[i])
+    (again,) = job(1, start=i)
+    again["metadata"]["uid"] = f"uid-ml-g-{i}-again"
     create(ext, [again])
     (node,) = ext.filter(again, NODES).node_names
     assert node == lost.node  # its slice's NVLink domain, not the free node beside it in the rack
     t = bind_async(ext, again, node, errors)
     t.join(5)
     assert errors == {}
-    got = binder.marks["ml/g-0"].address
+    got = binder.marks[f"ml/g-{i}"].address
     assert (got.rank, got.slice, got.domains) == (lost.rank, lost.slice, lost.domains)
