@@ -41,6 +41,7 @@ from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
+
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
 

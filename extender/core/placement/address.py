@@ -12,7 +12,9 @@ its process groups: ranks that follow the fabric.
 A round of replacements for a running gang is planned on its own, beside the running members;
 each of its members gets its rank in the whole gang (``whole_ranks``: the running members and
 the new ones in the first round's order, so a replacement with the lost member's rank index
-label takes the lost member's rank), the slice of that rank, and its own domains and rails.
+label takes the lost member's rank), the slice of that rank, and its own domains and the rails
+its own plan gave it (none for a replacement planned alone on a node: the gang's rail set is not
+known from the running members' facts).
 """
 
 from __future__ import annotations
