@@ -266,7 +266,7 @@ class Address:
     node: str
     rank: int | None
     slice: int | None
-    """None when the gang is not sliced (and for replacements)."""
+    """None when the gang is not sliced."""
     domains: tuple[Place, ...]
     """Broadest first; a level whose label the node lacks is left out."""
     rails: tuple[str, ...] = ()
@@ -419,6 +419,11 @@ class GangSpec:
     lead_size: int = 0
     """Lead members that bind first, into their reserved slots, before the others exist
     (``LEAD_SIZE``); 0: every member binds at once."""
+    ranks: tuple[tuple[str, int], ...] = ()
+    """A round beside running members (replacements): each GPU member's rank in the whole gang,
+    the running ones' included, in the first round's order (``core.placement.address``)."""
+    gang_slice_size: int = 0
+    """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

@@ -19,7 +19,7 @@ from extender.core.devices.facts import DraFacts
 from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
 from extender.core.gangs import gangspec
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Phase
-from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.model import Address, GangSpec, GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.placement.address import addresses
 from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
 from extender.service.answers import Explanation, GangAnswer, GangChange, GangView, Slices
@@ -51,8 +51,9 @@ def slices_of(topo: Topology, placement: Placement | None) -> Slices | None:
     return Slices(rule.size, topo.level_key(rule.level), count)
 
 
-def ranks_of(topo: Topology, placement: Placement | None) -> tuple[Address, ...]:
-    return tuple(addresses(topo, placement)) if placement is not None else ()
+def ranks_of(topo: Topology, placement: Placement | None, spec: GangSpec | None = None) -> tuple[Address, ...]:
+    """The members' addresses; a replacement round's with their ranks in the whole gang (``spec``)."""
+    return tuple(addresses(topo, placement, spec)) if placement is not None else ()
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -157,7 +158,7 @@ def debug_gangs(ctx: Context, now: float) -> list[GangView]:
             deadline_in_seconds=round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             reason=rec.reason,
             slices=slices_of(topo, rec.placement),
-            ranks=ranks_of(topo, rec.placement),
+            ranks=ranks_of(topo, rec.placement, rec.spec),
         ))
     return out
 
@@ -188,7 +189,7 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
             out = replace(out, deadline_in_seconds=round(max(rec.deadline - now, 0.0), 1))
         if rec.placement is not None and (holding or rec.phase == Phase.BOUND):
             # Held or bound: the addresses its members were (or will be) bound with.
-            out = replace(out, slices=slices_of(topo, rec.placement), ranks=ranks_of(topo, rec.placement))
+            out = replace(out, slices=slices_of(topo, rec.placement), ranks=ranks_of(topo, rec.placement, rec.spec))
     if not members:
         return out
     gangs = ctx.settings.gangs

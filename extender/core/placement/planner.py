@@ -60,7 +60,7 @@ from extender.core.placement.packing import (
 )
 from extender.core.placement.levels import landing_levels, resolve_levels
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
-from extender.core.cluster.state import CORDONED, NOT_READY, Reservation, Slot, View
+from extender.core.cluster.state import CORDONED, NOT_READY, Slot, View
 from extender.core.cluster.topology import Domain, Fabric, Topology
 
 
@@ -325,12 +325,25 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     return out
 
 
-def named_slots(placement: Placement | None, held: Reservation | None) -> Placement | None:
-    """The placement with its GPU slots as the reservation holds them now: the members created
-    after planning by name, in the same order (so the same ranks)."""
-    if placement is None or held is None:
+def home_nodes(gang: GangSpec, running: Sequence[tuple[str, str]]) -> list[str]:
+    """The nodes a round beside running members ((member, node) each) stays near: for a sliced
+    gang whose new members all take one slice (``GangSpec.ranks``), that slice's running members'
+    nodes, so a replacement lands in its slice's domain when it fits; else every running one's."""
+    nodes = [node for _, node in running if node]
+    rank, size = dict(gang.ranks), gang.gang_slice_size
+    mine = {rank[m.key] // size for m in gang.members if m.key in rank} if size else set()
+    if len(mine) != 1:
+        return nodes
+    return [node for key, node in running if node and key in rank and rank[key] // size in mine] or nodes
+
+
+def named_slot(placement: Placement | None, placeholder: str, member: str) -> Placement | None:
+    """The placement with a member created after planning named in the slot it took, in the
+    same place (so the same rank)."""
+    if placement is None:
         return placement
-    return replace(placement, slots=(*held.slots, *(s for s in placement.slots if s.gpus == 0)))
+    return replace(placement, slots=tuple(replace(s, member=member) if s.member == placeholder else s
+                                          for s in placement.slots))
 
 
 # -- building blocks ------------------------------------------------------------------------
@@ -547,4 +560,4 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
-           "domain_fits", "home_domains", "plan"]
+           "domain_fits", "home_domains", "home_nodes", "plan"]
