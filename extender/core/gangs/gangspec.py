@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from extender.core.model import (
+    LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
@@ -62,7 +63,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility, p.lead) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -76,6 +77,8 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if max_timeout and timeout > max_timeout:
         capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
+    leads = chosen(LEAD_SIZE)
+    lead_size = positive_int(leads.value, leads.source, min_member, problems, default=0) if leads else 0
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
     problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
@@ -89,6 +92,9 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         invalid=tuple(problems),
         sized=size is not None,
         timeout_capped_from=capped_from,
+        lineage=pods[0].gang.lineage if pods else "",
+        lead_size=lead_size,
+        size_from=size.source if size is not None else "",
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
