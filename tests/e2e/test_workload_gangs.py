@@ -56,6 +56,17 @@ def cluster(local_cluster, controller_binaries) -> Cluster:
     return local_cluster(nodes=nodes, extender=True, workload_controllers=("jobset", "lws", "trainer"))
 
 
+@pytest.fixture
+def ns(cluster: Cluster, request) -> Any:
+    """A fresh namespace with the fillers running; its workloads and pods deleted afterwards,
+    pass or fail, so the next test starts from the same free GPUs."""
+    name = namespace(cluster.core, request.node.name.removeprefix("test_")[:20].rstrip("_").replace("_", "-"))
+    if "exclusive" not in request.node.name:
+        fill(cluster, name)
+    yield name
+    cleanup(cluster, name)
+
+
 def example(name: str) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all((EXAMPLES / name).read_text()) if o]
 
@@ -143,21 +154,16 @@ def cleanup(cluster: Cluster, ns: str) -> None:
 # ------------------------------------------------------------------ all members at once
 
 
-def test_an_indexed_job_that_opts_in_runs_whole_in_the_narrowest_domain(cluster):
-    ns = namespace(cluster.core, "job")
-    fill(cluster, ns)
+def test_an_indexed_job_that_opts_in_runs_whole_in_the_narrowest_domain(cluster, ns):
     (job,) = example("indexed-job.yaml")
     create(cluster, ns, job)
     pods = workload_pods(cluster, ns, "batch.kubernetes.io/job-name=bert", 4)
     assert_whole_in_one_domain(pods, 4)
     gang = gangs_of(cluster, ns)[f"{ns}/bert"]
     assert gang["origin"] == f"Job {ns}/bert: size 4 from Job {ns}/bert spec.parallelism", gang
-    cleanup(cluster, ns)
 
 
-def test_a_replaced_job_member_is_told_its_old_address(cluster):
-    ns = namespace(cluster.core, "replace")
-    fill(cluster, ns)
+def test_a_replaced_job_member_is_told_its_old_address(cluster, ns):
     (job,) = example("indexed-job.yaml")
     create(cluster, ns, job)
     pods = workload_pods(cluster, ns, "batch.kubernetes.io/job-name=bert", 4)
@@ -172,12 +178,9 @@ def test_a_replaced_job_member_is_told_its_old_address(cluster):
     annotations = new.metadata.annotations or {}
     assert DOMAIN[new.spec.node_name] == home
     assert annotations.get(RANK) == "2" and annotations.get(NVLINK_DOMAIN) == home, annotations
-    cleanup(cluster, ns)
 
 
-def test_a_jobset_of_two_replicated_jobs_runs_whole_with_unique_ranks(cluster):
-    ns = namespace(cluster.core, "jobset")
-    fill(cluster, ns)
+def test_a_jobset_of_two_replicated_jobs_runs_whole_with_unique_ranks(cluster, ns):
     (js,) = example("jobset.yaml")
     create(cluster, ns, js)
     pods = workload_pods(cluster, ns, "jobset.sigs.k8s.io/jobset-name=train", 6)
@@ -188,14 +191,11 @@ def test_a_jobset_of_two_replicated_jobs_runs_whole_with_unique_ranks(cluster):
     gang = gangs_of(cluster, ns)[f"{ns}/train@0"]
     assert gang["origin"] == (f"JobSet {ns}/train attempt 0: size 6 from JobSet {ns}/train spec.replicatedJobs "
                               f"(leader 1 x 2 + workers 2 x 2 pods)"), gang
-    cleanup(cluster, ns)
 
 
-def test_a_restarted_jobset_is_a_new_gang_never_merged_with_the_old_attempt(cluster):
+def test_a_restarted_jobset_is_a_new_gang_never_merged_with_the_old_attempt(cluster, ns):
     # With a user's group label and size in the template (what a user of scheduler-plugins'
     # coscheduling writes): on main both attempts were the one gang <ns>/llama.
-    ns = namespace(cluster.core, "restart")
-    fill(cluster, ns)
     (js,) = example("jobset.yaml")
     for rj in js["spec"]["replicatedJobs"]:
         rj["template"]["spec"]["template"]["metadata"] = {
@@ -218,12 +218,9 @@ def test_a_restarted_jobset_is_a_new_gang_never_merged_with_the_old_attempt(clus
     gangs = gangs_of(cluster, ns)
     assert gangs[f"{ns}/llama@1"]["phase"] == "bound", gangs
     assert f"{ns}/llama" not in gangs, gangs
-    cleanup(cluster, ns)
 
 
-def test_a_leaderworkerset_group_leader_created_runs_whole(cluster):
-    ns = namespace(cluster.core, "lws")
-    fill(cluster, ns)
+def test_a_leaderworkerset_group_leader_created_runs_whole(cluster, ns):
     (lws,) = example("lws-leader-created.yaml")
     create(cluster, ns, lws)
     pods = workload_pods(cluster, ns, "leaderworkerset.sigs.k8s.io/name=serve", 3)
@@ -231,15 +228,12 @@ def test_a_leaderworkerset_group_leader_created_runs_whole(cluster):
     gang = gangs_of(cluster, ns)[f"{ns}/serve-0"]
     assert gang["origin"] == (f"LeaderWorkerSet {ns}/serve group 0: size 3 from "
                               f"leaderworkerset.sigs.k8s.io/size"), gang
-    cleanup(cluster, ns)
 
 
 # ------------------------------------------------------------- ordered startup
 
 
-def test_ordered_a_trainjob_with_an_initializer_never_stalls(cluster):
-    ns = namespace(cluster.core, "trainjob")
-    fill(cluster, ns)
+def test_ordered_a_trainjob_with_an_initializer_never_stalls(cluster, ns):
     for obj in example("trainjob.yaml"):
         create(cluster, ns, obj)
     selector = "jobset.sigs.k8s.io/jobset-name=tune"
@@ -248,11 +242,9 @@ def test_ordered_a_trainjob_with_an_initializer_never_stalls(cluster):
         if p.status.phase == "Succeeded"], 120, "the dataset initializer to succeed")
     nodes = workload_pods(cluster, ns, f"{selector},jobset.sigs.k8s.io/replicatedjob-name=node", 3)
     assert_whole_in_one_domain(nodes, 4)
-    cleanup(cluster, ns)
 
 
-def test_ordered_a_jobset_with_exclusive_placement_binds_its_leads_first(cluster):
-    ns = namespace(cluster.core, "exclusive")
+def test_ordered_a_jobset_with_exclusive_placement_binds_its_leads_first(cluster, ns):
     (js,) = example("jobset-exclusive.yaml")
     create(cluster, ns, js)
     pods = workload_pods(cluster, ns, "jobset.sigs.k8s.io/jobset-name=excl", 4, timeout=180)
@@ -264,14 +256,10 @@ def test_ordered_a_jobset_with_exclusive_placement_binds_its_leads_first(cluster
     ranks = sorted(int((p.metadata.annotations or {}).get(RANK, -1)) for p in pods)
     assert ranks == [0, 1, 2, 3], [(p.metadata.name, p.metadata.annotations) for p in pods]
     assert gangs_of(cluster, ns)[f"{ns}/excl@0"]["phase"] == "bound"
-    cleanup(cluster, ns)
 
 
-def test_ordered_a_leaderworkerset_leader_ready_binds_its_leader_first(cluster):
-    ns = namespace(cluster.core, "ready")
-    fill(cluster, ns)
+def test_ordered_a_leaderworkerset_leader_ready_binds_its_leader_first(cluster, ns):
     (lws,) = example("lws-leader-ready.yaml")
     create(cluster, ns, lws)
     pods = workload_pods(cluster, ns, "leaderworkerset.sigs.k8s.io/name=ready", 3, timeout=180)
     assert_whole_in_one_domain(pods, 4)
-    cleanup(cluster, ns)
