@@ -154,11 +154,17 @@ def cleanup(cluster: Cluster, ns: str) -> None:
 # ------------------------------------------------------------------ all members at once
 
 
+def runs_whole(cluster: Cluster, ns: str, manifest: str, selector: str, count: int, gpus: int) -> list[Any]:
+    """Create an example's objects; its ``count`` pods run whole in the one fitting domain."""
+    for obj in example(manifest):
+        create(cluster, ns, obj)
+    pods = workload_pods(cluster, ns, selector, count)
+    assert_whole_in_one_domain(pods, gpus)
+    return pods
+
+
 def test_an_indexed_job_that_opts_in_runs_whole_in_the_narrowest_domain(cluster, ns):
-    (job,) = example("indexed-job.yaml")
-    create(cluster, ns, job)
-    pods = workload_pods(cluster, ns, "batch.kubernetes.io/job-name=bert", 4)
-    assert_whole_in_one_domain(pods, 4)
+    runs_whole(cluster, ns, "indexed-job.yaml", "batch.kubernetes.io/job-name=bert", 4, 4)
     gang = gangs_of(cluster, ns)[f"{ns}/bert"]
     assert gang["origin"] == f"Job {ns}/bert: size 4 from Job {ns}/bert spec.parallelism", gang
 
@@ -181,10 +187,7 @@ def test_a_replaced_job_member_is_told_its_old_address(cluster, ns):
 
 
 def test_a_jobset_of_two_replicated_jobs_runs_whole_with_unique_ranks(cluster, ns):
-    (js,) = example("jobset.yaml")
-    create(cluster, ns, js)
-    pods = workload_pods(cluster, ns, "jobset.sigs.k8s.io/jobset-name=train", 6)
-    assert_whole_in_one_domain(pods, 2)
+    pods = runs_whole(cluster, ns, "jobset.yaml", "jobset.sigs.k8s.io/jobset-name=train", 6, 2)
     # What railyard reads as each pod's rank is unique: (job-global-index, completion index);
     # job-index is 0 in the first Job of both replicatedJobs.
     assert len({(p.metadata.labels[GLOBAL_INDEX], p.metadata.labels[COMPLETION_INDEX]) for p in pods}) == 6
@@ -221,10 +224,7 @@ def test_a_restarted_jobset_is_a_new_gang_never_merged_with_the_old_attempt(clus
 
 
 def test_a_leaderworkerset_group_leader_created_runs_whole(cluster, ns):
-    (lws,) = example("lws-leader-created.yaml")
-    create(cluster, ns, lws)
-    pods = workload_pods(cluster, ns, "leaderworkerset.sigs.k8s.io/name=serve", 3)
-    assert_whole_in_one_domain(pods, 4)
+    runs_whole(cluster, ns, "lws-leader-created.yaml", "leaderworkerset.sigs.k8s.io/name=serve", 3, 4)
     gang = gangs_of(cluster, ns)[f"{ns}/serve-0"]
     assert gang["origin"] == (f"LeaderWorkerSet {ns}/serve group 0: size 3 from "
                               f"leaderworkerset.sigs.k8s.io/size"), gang
@@ -259,7 +259,4 @@ def test_ordered_a_jobset_with_exclusive_placement_binds_its_leads_first(cluster
 
 
 def test_ordered_a_leaderworkerset_leader_ready_binds_its_leader_first(cluster, ns):
-    (lws,) = example("lws-leader-ready.yaml")
-    create(cluster, ns, lws)
-    pods = workload_pods(cluster, ns, "leaderworkerset.sigs.k8s.io/name=ready", 3, timeout=180)
-    assert_whole_in_one_domain(pods, 4)
+    runs_whole(cluster, ns, "lws-leader-ready.yaml", "leaderworkerset.sigs.k8s.io/name=ready", 3, 4)
