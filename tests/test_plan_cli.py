@@ -244,3 +244,15 @@ def test_the_readme_shows_the_table_plan_prints_for_the_examples():
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 0, r.stderr
     assert r.stdout == shown
+
+
+def test_a_jobsets_pods_are_planned_as_the_gang_the_jobset_sizes(files):
+    from tests.adapters.kubeobjects.test_workloads import jobset, jobset_pods, rjob
+    # Two of the JobSet's 3 pods given: the gang is planned for 3 (the JobSet's size), not for 2.
+    pending = files / "jobset.json"
+    items = [jobset("t", [rjob("w", 1, 3)]), *jobset_pods("t", [("w", 1, 3)])[:2]]
+    pending.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    r = run("--nodes", str(files / "nodes.json"), "--pods", str(files / "pods.yaml"), "--gang", str(pending))
+    assert r.returncode == 0, r.stderr
+    (answer,) = json.loads(r.stdout)["gangs"]
+    assert answer["gang"] == "ml/t@0" and answer["reason"].startswith("gang ml/t@0: 3 pods, 24 GPUs"), answer

@@ -195,11 +195,17 @@ class GangRef:
     lineage: str = ""
     """The workload the gang is one instance of, shared by its restart attempts (a JobSet's
     ``<namespace>/<name>``); empty: the gang is its own lineage (``key``)."""
+    group: str = ""
+    """``<namespace>/<name>`` of the group object the pod reads, when it is not ``key`` (every
+    restart attempt of a JobSet reads the one JobSet); empty: ``key``."""
+    workload: str = ""
+    """The workload the adapters found the gang from, as operators name it (``JobSet ml/train
+    attempt 1``); empty: the pod names its group itself."""
 
     @property
     def group_id(self) -> tuple[str, str] | None:
         """The key of the group object this pod reads (``GroupFacts.id``), or None."""
-        return (self.group_kind, self.key) if self.group_kind else None
+        return (self.group_kind, self.group or self.key) if self.group_kind else None
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
@@ -424,6 +430,8 @@ class GangSpec:
     the running ones' included, in the first round's order (``core.placement.address``)."""
     gang_slice_size: int = 0
     """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
+    size_from: str = ""
+    """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

@@ -96,6 +96,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         timeout_capped_from=capped_from,
         lineage=pods[0].gang.lineage if pods else "",
         lead_size=lead_size,
+        size_from=size.source if size is not None else "",
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:

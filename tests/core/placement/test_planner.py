@@ -97,11 +97,14 @@ def test_rank_order_follows_depth_first_order():
         "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]
 
 
-def test_jobset_rank_is_job_index_then_completion_index():
+def test_jobset_rank_is_global_job_index_then_completion_index():
+    # Two replicatedJobs of one Job each: job-index is 0 in both (jobset@v0.12.0 restarts it per
+    # replicatedJob); job-global-index tells them apart.
     pods = gang("g", 4, 8)
     order = [(1, 1), (0, 1), (1, 0), (0, 0)]
     for p, (job, idx) in zip(pods, order):
-        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = str(job)
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = "0"
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-global-index"] = str(job)
         p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(idx)
     a = answer(FOUR_LEVELS, pods)
     # n4 is the exact fit in the smaller spine; ranks (0,0) (0,1) (1,0) (1,1) take it in order.
