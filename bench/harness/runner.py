@@ -56,10 +56,11 @@ class ArmResult:
     stop_reason: str = ""
     notes: list[str] = field(default_factory=list)
     cpu_samples: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Mark -> ``{"t": s after t0, "bound": pods bound so far, "cpu": {component: CPU s}}``
-    (``cpu.sample``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
+    """Mark -> ``{"t": s after t0, "bound": pods bound so far, "cpu": {component: CPU s},
+    "switches": {component: {tid: [voluntary, involuntary]}}}`` (``cpu.sample``,
+    ``cpu.switches``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
     were created; = start when it was not paused), ``last_bind`` (the first poll after the
-    last binding seen) and ``end``."""
+    last binding seen; ``switches`` only when every pod was bound then) and ``end``."""
     percentage_of_nodes_to_score: int | None | str = None
     """As the scheduler configuration the arm ran had it (None: the key was absent, so
     kube-scheduler's adaptive default; ``"unknown"``: a directory from before issue 13 without
@@ -171,9 +172,11 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     pod_path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
     samples: dict[str, dict[str, Any]] = {}
 
-    def mark(name: str, bound: int) -> None:
+    def mark(name: str, bound: int, switches: bool = True) -> None:
         samples[name] = {"t": round(time.monotonic() - t0[0], 3), "bound": bound,
                          "cpu": cpu_mod.sample(info.pids)}
+        if switches:  # every thread's status file: too many reads for each 0.25 s poll
+            samples[name]["switches"] = cpu_mod.switches(info.pids)
 
     mark("start", 0)
 
@@ -221,12 +224,14 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         now = time.monotonic() - t0[0]
         with watcher.lock:
             bound, last_bind = watcher.bound_count, watcher.last_bind
+        done = bound >= len(records) - errors[0]
         if bound > seen:
             # The window whose CPU is counted per pod ends at the last binding (to a poll),
-            # not after the idle tail or a stall wait.
-            mark("last_bind", bound)
+            # not after the idle tail or a stall wait. Context switches are read only when
+            # that binding is the last pod's (else the window's switches run to ``end``).
+            mark("last_bind", bound, switches=done)
             seen = bound
-        if bound >= len(records) - errors[0]:
+        if done:
             break
         if now > last_created + drain:
             reason = f"drain timeout ({drain:.0f}s after the last creation)"
