@@ -182,6 +182,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                                    if out["cpu"] else None)
     loads = result.load_average_1m
     out["load_average_1m"] = {"min": min(loads), "max": max(loads)} if loads else None
+    out["started"] = result.started or None
     out["cluster_up_s"] = _r(result.cluster_up_s)
     out["observed_s"] = _r(result.end)
     out["stop_reason"] = result.stop_reason
@@ -200,23 +201,19 @@ def attempts_per_pod(result: ArmResult, jobs: list[Job]) -> dict[str, Any]:
 
     The counter is labelled by result and profile only, not by pod. It isolates the gang
     members when no single pod shares their profile: the scenario has no single pods, or the
-    arm sends its single pods to a profile of their own (B's ``railyard-sampled``). Otherwise
-    ``scheduler_attempts_per_gang_member`` is None and only the all-pods figure exists.
+    arm's gang members name a profile of their own (``arms.GANG_PROFILE``: every arm but D).
+    Otherwise ``scheduler_attempts_per_gang_member`` is None and only the all-pods figure exists.
     """
     text = result.scheduler_metrics
     gangs = {j.name for j in jobs if j.kind == "gang"}
     created = [r for r in result.pods.values() if r.created is not None]
     pods, members = len(created), sum(r.job in gangs for r in created)
-    singles_profile = arms_mod.ARMS[result.arm].single_scheduler_name if result.arm in arms_mod.ARMS else None
-    profiles = _counter_by(text, "scheduler_schedule_attempts", "profile")
+    arm = arms_mod.ARMS.get(result.arm)
+    everyone = _counter_by(text, "scheduler_schedule_attempts", "result")
     if members == pods:
-        gang = _counter_by(text, "scheduler_schedule_attempts", "result")
-    elif singles_profile:
-        gang = {}
-        for profile in profiles:
-            if profile != singles_profile:
-                for res, n in _counter_by(text, "scheduler_schedule_attempts", "result", profile=profile).items():
-                    gang[res] = gang.get(res, 0) + n
+        gang: dict[str, int] | None = everyone
+    elif arm is not None and arm.gang_scheduler_name:
+        gang = _counter_by(text, "scheduler_schedule_attempts", "result", profile=arm.gang_scheduler_name)
     else:
         gang = None
 
@@ -224,8 +221,9 @@ def attempts_per_pod(result: ArmResult, jobs: list[Job]) -> dict[str, Any]:
         return {res: _r(counts.get(res, 0) / n, 2) if n else None for res in ("scheduled", "unschedulable", "error")}
 
     return {"scheduler_attempts_by_profile": {prof: _counter_by(text, "scheduler_schedule_attempts", "result",
-                                                                profile=prof) for prof in profiles},
-            "scheduler_attempts_per_pod": per(_counter_by(text, "scheduler_schedule_attempts", "result"), pods),
+                                                                profile=prof)
+                                              for prof in _counter_by(text, "scheduler_schedule_attempts", "profile")},
+            "scheduler_attempts_per_pod": per(everyone, pods),
             "scheduler_attempts_per_gang_member": per(gang, members) if gang is not None and members else None}
 
 

@@ -325,7 +325,7 @@ def runs_markdown(doc: dict[str, Any]) -> list[str]:
            "Other work = the machine's busy CPU (/proc/stat) minus the cluster's processes and this harness, "
            "in cores, in the scheduling window and over the whole arm: load that the raw ratio takes in and "
            "the process-only ratio leaves out.", "",
-           "| run | arm | date (run start) | throughput pods/s | process CPU ms/pod | other work cores "
+           "| run | arm | started | throughput pods/s | process CPU ms/pod | other work cores "
            "(scheduling / arm) | 1-min load min-max |", "|---|---|---|---|---|---|---|"]
 
     def v(x: Any) -> str:
@@ -334,10 +334,10 @@ def runs_markdown(doc: dict[str, Any]) -> list[str]:
     for run in runs:
         for name, arm in run["arms"].items():
             if "skipped" in arm:
-                out.append(f"| {run['run']} | {name} | {run['date']} | {arm['skipped']} | | | |")
+                out.append(f"| {run['run']} | {name} | | {arm['skipped']} | | | |")
                 continue
             cpu, load = arm.get("cpu") or {}, arm.get("load_average_1m") or {}
-            out.append(f"| {run['run']} | {name} | {run['date']} | {v((arm.get('throughput_pods_per_s') or {}).get('avg'))} "
+            out.append(f"| {run['run']} | {name} | {arm.get('started') or run['date']} | {v((arm.get('throughput_pods_per_s') or {}).get('avg'))} "
                        f"| {v(arm.get('process_cpu_ms_per_pod'))} | {v((cpu.get('scheduling') or {}).get('other_cores'))} / "
                        f"{v((cpu.get('arm') or {}).get('other_cores'))} | {v(load.get('min'))}-{v(load.get('max'))} |")
     keys = [k for k, _, _ in RATIO_PAIRS if any(run["ratios"].get(k) is not None for run in runs)]

@@ -70,6 +70,8 @@ class ArmResult:
     workloads: dict[str, kueue_mod.WorkloadRecord] = field(default_factory=dict)
     """A Kueue arm's Workloads by name, as its watch saw them; {} for the others."""
     kueue_metrics: str = ""
+    started: str = ""
+    """UTC date and time the arm's cluster began to come up ("" in directories from before issue 21)."""
 
 
 class PodWatcher(kube_mod.Watch):
@@ -110,11 +112,13 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
         config_file = workdir.parent / "scheduler-config.template.yaml"
         config_file.parent.mkdir(parents=True, exist_ok=True)
         config_file.write_text(localconfig.dump_yaml(template))
-    up_started = time.monotonic()
+    up_started, started = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     info = cluster.up(cluster.UpOptions(
         workdir=workdir, topology=topology_text, extender=arm.extender, scheduler_config=config_file,
         feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, kueue=arm.kueue,
-        timeout=600), log=log)
+        # No kube-controller-manager: no controller acts on the bench's pods (no owners), and
+        # every recorded run, issue 21's baseline included, was made without one.
+        controllers=False, timeout=600), log=log)
     up_s = time.monotonic() - up_started
     say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
     try:
@@ -122,6 +126,7 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
         result = _drive(arm, jobs, workload, info, nodes, up_s, say)
         result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml",
                                                           arm.single_scheduler_name)
+        result.started = started
         return result
     finally:
         cluster.down(info.workdir, log=log, quiet=True)
@@ -315,7 +320,7 @@ def save(result: ArmResult, directory: Path) -> None:
         "end": result.end, "cluster_up_s": result.cluster_up_s, "create_errors": result.create_errors,
         "stop_reason": result.stop_reason, "notes": result.notes, "cpu_samples": result.cpu_samples,
         "percentage_of_nodes_to_score": result.percentage_of_nodes_to_score,
-        "load_average_1m": result.load_average_1m}, indent=1))
+        "load_average_1m": result.load_average_1m, "started": result.started}, indent=1))
     (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
     if result.extender_metrics:
         (directory / "extender-metrics.prom").write_text(result.extender_metrics)
@@ -338,7 +343,7 @@ def load(directory: Path, arm: str) -> ArmResult:
                      cpu_samples=meta.get("cpu_samples") or {},
                      percentage_of_nodes_to_score=meta["percentage_of_nodes_to_score"]
                      if "percentage_of_nodes_to_score" in meta else _percentage_or_unknown(directory),
-                     load_average_1m=meta.get("load_average_1m") or [],
+                     load_average_1m=meta.get("load_average_1m") or [], started=meta.get("started", ""),
                      workloads={w["name"]: kueue_mod.WorkloadRecord(**w) for w in json.loads(workloads.read_text())}
                      if workloads.exists() else {},
                      kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "")

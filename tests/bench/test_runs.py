@@ -222,23 +222,28 @@ def _result(arm: str, metrics: str, jobs: list[workload.Job] = JOBS) -> runner.A
     return runner.ArmResult(arm, pods, 10.0, 1.0, scheduler_metrics=metrics)
 
 
-def test_attempts_per_gang_member_from_the_profile_the_single_pods_do_not_use():
-    metrics = _metrics(("default-scheduler", "scheduled", 4), ("default-scheduler", "unschedulable", 30),
+def test_attempts_per_gang_member_from_the_gang_members_own_profile():
+    metrics = _metrics(("railyard", "scheduled", 4), ("railyard", "unschedulable", 30),
                        ("railyard-sampled", "scheduled", 2), ("railyard-sampled", "unschedulable", 6))
     got = analysis.attempts_per_pod(_result("B", metrics), JOBS)
     # 4 members: 4 / 4 scheduled, 30 / 4 unschedulable; 6 pods: 6 / 6 and 36 / 6.
     assert got["scheduler_attempts_per_gang_member"] == {"scheduled": 1.0, "unschedulable": 7.5, "error": 0.0}
     assert got["scheduler_attempts_per_pod"] == {"scheduled": 1.0, "unschedulable": 6.0, "error": 0.0}
     assert got["scheduler_attempts_by_profile"]["railyard-sampled"] == {"scheduled": 2, "unschedulable": 6}
+    # C's single pods are on default-scheduler, its members on railyard: 9 / 4 unschedulable.
+    metrics = _metrics(("railyard", "scheduled", 4), ("railyard", "unschedulable", 9),
+                       ("default-scheduler", "scheduled", 2))
+    got = analysis.attempts_per_pod(_result("C", metrics), JOBS)["scheduler_attempts_per_gang_member"]
+    assert got == {"scheduled": 1.0, "unschedulable": 2.25, "error": 0.0}
 
 
 def test_attempts_per_gang_member_are_unknown_where_singles_share_the_profile():
     metrics = _metrics(("default-scheduler", "scheduled", 6), ("default-scheduler", "unschedulable", 9))
-    got = analysis.attempts_per_pod(_result("C", metrics), JOBS)
+    got = analysis.attempts_per_pod(_result("D", metrics), JOBS)
     assert got["scheduler_attempts_per_gang_member"] is None
     assert got["scheduler_attempts_per_pod"] == {"scheduled": 1.0, "unschedulable": 1.5, "error": 0.0}
     # Without single pods every attempt is a gang member's, whatever the arm.
-    got = analysis.attempts_per_pod(_result("C", metrics, JOBS[:1]), JOBS[:1])
+    got = analysis.attempts_per_pod(_result("D", metrics, JOBS[:1]), JOBS[:1])
     assert got["scheduler_attempts_per_gang_member"] == {"scheduled": 1.5, "unschedulable": 2.25, "error": 0.0}
     # No gang at all (throughput): nothing per member.
     assert analysis.attempts_per_pod(_result("A", metrics, JOBS[1:]), JOBS[1:])["scheduler_attempts_per_gang_member"] is None
