@@ -468,3 +468,15 @@ def test_cordoned_node_reason_says_so():
     v = ext.filter(pod("solo", 8), ["c1", "c2"])
     assert v.node_names == ("c2",)
     assert v.failed["c1"] == "node(s) cordoned; pod needs 8 GPUs"
+
+
+def test_preempt_keeps_a_node_without_victims_only_where_the_pod_fits():
+    """kube-scheduler 1.38 may send a node with an empty victim list (its in-tree filters found the
+    pod fits there without preemption): kept when the pod fits railyard's view of the node, dropped
+    when it does not (GPUs reserved or used that the scheduler does not see)."""
+    ext, _, _ = extender("rack r1: a b\n")
+    busy = pod("busy", 8, node="b")
+    busy["status"]["phase"] = "Running"
+    ext.pod_upserted(busy)
+    assert ext.preempt(pod("hi", 8), {"a": [], "b": []}) == {"a": []}
+    assert ext.preempt(pod("hi", 8), {"b": []}) == {}
