@@ -362,7 +362,10 @@ def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
            "Per scheduled pod, in the scheduling window (kube-scheduler resumed -> last binding). "
            "Wall ms/pod = 1000 / average throughput; CPU ms/pod = each process's CPU seconds "
            "(/proc utime+stime) over the pods bound in the window; a step's value is the second arm's "
-           "minus the first's.", "",
+           "minus the first's." + (" With several runs the steps are computed from the median arms, so a "
+                                   "step's throughput ratio is a ratio of medians; the Runs section above "
+                                   "has each run's ratio and their median." if len(doc.get("runs") or []) > 1
+                                   else ""), "",
            "| step | what the step adds | throughput ratio | wall ms/pod | kube-scheduler CPU | "
            "kube-apiserver CPU | etcd CPU | kwok CPU | railyard CPU | all processes CPU |",
            "|---|---|---|---|---|---|---|---|---|---|"]
