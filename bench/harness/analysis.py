@@ -270,8 +270,10 @@ def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[st
 
     The scheduling window runs from ``resume`` (kube-scheduler resumed once every pod existed;
     t0 when it was not paused) to ``last_bind`` (``end`` if nothing bound); its CPU is divided
-    by the pods bound in it. Its context switches run to ``last_bind`` when that sample has
-    them (every pod was bound), else to ``end``. The creating window (``start`` -> ``resume``,
+    by the pods bound in it. Its context switches run to ``switched`` (the last read after a
+    binding, within a second of the last one; in directories written before it existed, to
+    ``last_bind`` when that sample has them, else to ``end``), over the pods bound by then.
+    The creating window (``start`` -> ``resume``,
     only when the scheduler was paused) is divided by the pods created: there the API server,
     etcd and railyard's watch cache take in the pods while kube-scheduler is stopped. The arm
     window (``start`` -> ``end``) says what the machine's other work took during the whole arm.
@@ -282,7 +284,7 @@ def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[st
     resume = samples.get("resume", samples["start"])
     stop = samples.get("last_bind", samples["end"])
 
-    def window(a: dict[str, Any], b: dict[str, Any], pods: int) -> dict[str, Any]:
+    def window(a: dict[str, Any], b: dict[str, Any], pods: int, switch_end: dict[str, Any] | None = None) -> dict[str, Any]:
         seconds = cpu_mod.spent(a["cpu"], b["cpu"])
         span = b["t"] - a["t"]
 
@@ -294,7 +296,7 @@ def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[st
                "cores_busy": cores(cpu_mod.MACHINE), "other_cores": cores(cpu_mod.OTHER),
                "seconds": {k: _r(v) for k, v in seconds.items()},
                "ms_per_pod": {k: _r(v * 1000 / pods, 3) for k, v in seconds.items()} if pods else None}
-        end = b if "switches" in b else samples["end"]
+        end = switch_end or (b if "switches" in b else samples["end"])
         if "switches" in a and "switches" in end:
             counts = cpu_mod.switched(a["switches"], end["switches"])
             n = pods if end is b else end["bound"] - a["bound"]
@@ -303,7 +305,7 @@ def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[st
                                            for k, c in counts.items()} if n else None}
         return out
 
-    scheduling = window(resume, stop, stop["bound"] - resume["bound"])
+    scheduling = window(resume, stop, stop["bound"] - resume["bound"], samples.get("switched"))
     creating = window(samples["start"], resume, created) if resume["t"] > samples["start"]["t"] else None
     arm = window(samples["start"], samples["end"], samples["end"]["bound"])
     return scheduling["ms_per_pod"], {"scheduling": scheduling, "creating": creating, "arm": arm}

@@ -60,7 +60,9 @@ class ArmResult:
     "switches": {component: {tid: [voluntary, involuntary]}}}`` (``cpu.sample``,
     ``cpu.switches``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
     were created; = start when it was not paused), ``last_bind`` (the first poll after the
-    last binding seen; ``switches`` only when every pod was bound then) and ``end``."""
+    last binding seen; no ``switches``), ``switched`` (the last poll after a binding at which
+    the threads' switches were read: at most once a second, and at the last pod's binding)
+    and ``end``."""
     percentage_of_nodes_to_score: int | None | str = None
     """As the scheduler configuration the arm ran had it (None: the key was absent, so
     kube-scheduler's adaptive default; ``"unknown"``: a directory from before issue 13 without
@@ -232,9 +234,12 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         done = bound >= len(records) - errors[0]
         if bound > seen:
             # The window whose CPU is counted per pod ends at the last binding (to a poll),
-            # not after the idle tail or a stall wait. Context switches are read only when
-            # that binding is the last pod's (else the window's switches run to ``end``).
-            mark("last_bind", bound, switches=done)
+            # not after the idle tail or a stall wait. Context switches (every thread's file)
+            # are read at most once a second, and at the last pod's binding: their window
+            # ends at the last ``switched`` mark, within a second of the last binding.
+            mark("last_bind", bound, switches=False)
+            if done or now - samples.get("switched", samples["start"])["t"] >= 1.0:
+                mark("switched", bound)
             seen = bound
         if done:
             break

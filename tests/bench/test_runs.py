@@ -190,6 +190,16 @@ def test_switches_per_pod_over_the_scheduling_window_and_other_work_in_cores():
     assert detail["arm"]["other_cores"] == 0.96
 
 
+def test_switches_end_at_the_last_read_after_a_binding_when_there_is_one():
+    samples = _samples()
+    del samples["last_bind"]["switches"]
+    # Read 0.6 s before the last binding, 98 pods bound then: (1900 - 100) / 98 voluntary per pod.
+    samples["switched"] = {"t": 11.4, "bound": 98, "cpu": {}, "switches": {"kube-scheduler": {"1": [1900, 190]}}}
+    sw = analysis.cpu_usage(samples, created=100)[1]["scheduling"]["switches"]
+    assert (sw["to_s"], sw["pods"]) == (11.4, 98)
+    assert sw["per_pod"]["kube-scheduler"] == {"voluntary": 18.37, "involuntary": 1.84}  # 1800 / 98, 180 / 98
+
+
 def test_switches_run_to_the_end_when_the_last_binding_was_not_every_pods():
     samples = _samples()
     del samples["last_bind"]["switches"]  # stopped on a stall: the last poll did not read the threads
