@@ -278,3 +278,38 @@ def test_zero_runs_is_refused_before_anything_is_made(tmp_path, capsys):
     assert run_mod.main(args, ["python", "-m", "bench"]) == 2
     assert "--runs must be at least 1, not 0" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def _arm_dir(path, bound: float) -> None:
+    path.mkdir(parents=True)
+    (path / "arm.json").write_text(json.dumps({"end": 5.0, "cluster_up_s": 1.0, "create_errors": 0,
+                                               "stop_reason": "all pods bound", "notes": []}))
+    (path / "pods.json").write_text(json.dumps([{"name": "s0", "job": "s0", "gpus": 1, "created": 0.1,
+                                                 "bound": bound, "node": "h1"}]))
+    (path / "scheduler-metrics.prom").write_text("")
+
+
+@pytest.mark.parametrize("layout", ["before issue 21", "two runs"])
+def test_report_again_reads_a_single_run_directory_and_one_of_several_runs(tmp_path, monkeypatch, layout):
+    monkeypatch.setattr(report, "_plots", lambda out_dir, series: [])
+    meta = {"scenario": "throughput", "mode": "quick", "seed": 11, "command": "c", "date": "d", "machine": "m",
+            "topology": {"nodes": 64, "gpus": 512, "spec": "x"}, "workload": {"jobs": 1, "pods": 1, "gangs": 0},
+            "arm_titles": {"A": "a"}, "wall_s": 1.0}
+    (tmp_path / "jobs.json").write_text(json.dumps([{"name": "s0", "kind": "single", "pods": 1, "gpus": 1,
+                                                     "at": 0.0, "runtime_s": None}]))
+    if layout == "before issue 21":
+        (tmp_path / "run.json").write_text(json.dumps({"scenario": "throughput", "quick": True, "meta": meta,
+                                                       "skipped": {}}))
+        _arm_dir(tmp_path / "arm-A", 2.0)
+    else:
+        runs_ = [{"meta": {"run": k, "dir": f"run-{k}", "date": f"d{k}", "load_average": {}}, "skipped": {}}
+                 for k in (1, 2)]
+        (tmp_path / "run.json").write_text(json.dumps({"scenario": "throughput", "quick": True, "meta": meta,
+                                                       "runs": runs_}))
+        _arm_dir(tmp_path / "run-1" / "arm-A", 2.0)
+        _arm_dir(tmp_path / "run-2" / "arm-A", 4.0)
+    assert run_mod.rereport(tmp_path) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["dir"] for r in doc["runs"]] == (["."] if layout == "before issue 21" else ["run-1", "run-2"])
+    # created 0.1, bound 2.0 and 4.0: pod create->bind 1.9 and 3.9 s, median 2.9.
+    assert doc["arms"]["A"]["pod_time_to_bind_s"]["p50"] == (1.9 if layout == "before issue 21" else 2.9)
