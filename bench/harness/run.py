@@ -55,8 +55,8 @@ NOTES = [
     "(/proc/<pid>/task/<tid>/status; /proc/<pid>/status alone counts the main thread) over the same window, "
     "thread by thread (threads that exited in the window are not counted).",
     "Scheduling attempts: kube-scheduler's scheduler_schedule_attempts_total, labelled by result and "
-    "profile, not by pod: per gang member only where no single pod shares the gang members' profile "
-    "(B's single pods use railyard-sampled; in A, C and D they share one, so only the all-pods figure).",
+    "profile, not by pod: per gang member from the profile the gang members name (railyard, in every "
+    "arm but D, where gang members and single pods share the default profile: only the all-pods figure).",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
