@@ -12,6 +12,13 @@ from typing import Mapping
 HOST_LEVEL = "kubernetes.io/hostname"
 """The narrowest level is always the node itself."""
 
+FABRIC_LEVEL = "railyard.io/fabric"
+"""The broadest level of a cluster whose node pools have different fabrics (label schemes or
+depths): one domain per pool, each with its own tree below; a gang never spans two."""
+OTHER_FABRIC = "~"
+"""A node's value at a level of another pool's tree (no label value can be ``~``): the domain is
+its parent's, a step the tree passes through, never a place of its own."""
+
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -28,6 +35,8 @@ class Level:
     (the ClusterUUID of ``<ClusterUUID>.<CliqueID>``). Empty: the value of label ``key``."""
     missing: str = ""
     """A placeholder value its labeler writes when it knows no domain; read as no label."""
+    fabric: str = ""
+    """The node pool whose tree the level belongs to (``NodeFacts.fabric``); empty: every node's."""
 
     def value(self, labels: Mapping[str, str]) -> str | None:
         """The node's domain at this level, None when the label is missing, empty or ``missing``."""
@@ -110,10 +119,21 @@ class NodeFacts:
     rails: tuple[tuple[str, int], ...] = ()
     """(rail, GPU devices on it not allocated to a claim), per rail the node's DRA GPU devices
     name (``dra.rail_attribute``); empty when unknown (``core.placement.rails``)."""
+    fabric: str = ""
+    """The node pool whose fabric labels the node carries, as the label adapter names it
+    (``topograph-v1-3-tiers``, ``gke``...); empty when it carries none."""
 
     def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
-        """The node's value at each level, broadest first; None where the label is missing."""
-        return tuple(lvl.value(self.labels) for lvl in levels)
+        """The node's value at each level, broadest first; None where the label is missing,
+        ``OTHER_FABRIC`` at a level of another pool's tree."""
+        return tuple(self._value(lvl) for lvl in levels)
+
+    def _value(self, lvl: Level) -> str | None:
+        if lvl.key == FABRIC_LEVEL:
+            return self.fabric or None
+        if lvl.fabric and lvl.fabric != self.fabric:
+            return OTHER_FABRIC
+        return lvl.value(self.labels)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ domains but no rank or slice: their place in the whole gang is not the plan's to
 
 from __future__ import annotations
 
-from extender.core.model import Address, Place
+from extender.core.model import OTHER_FABRIC, Address, Place
 from extender.core.placement.planner import Placement
 from extender.core.cluster.topology import Topology, format_path
 
@@ -37,9 +37,9 @@ def domains(topo: Topology, node: str) -> tuple[Place, ...]:
         return ()
     out = []
     for lvl, level in enumerate(topo.levels):
-        path = topo.paths[lvl][topo.node_domain[lvl][i]]
-        if path[-1] is not None:
-            out.append(Place(level.key, topo.level_word(lvl), format_path(path)))
+        d = topo.node_domain[lvl][i]
+        if topo.paths[lvl][d][-1] not in (None, OTHER_FABRIC):
+            out.append(Place(level.key, topo.level_word(lvl), format_path(topo.domain(lvl, d).path)))
     return tuple(out)
 
 

@@ -71,6 +71,15 @@ def test_fewest_children_inside_the_chosen_domain():
     assert sorted(a.placement.values()) == ["x1", "x2", "x3", "x4", "x5", "x6"]
 
 
+def test_the_fewest_nodes_among_the_racks_chosen_not_per_rack():
+    # 6 one-GPU pods in block b1: rack r1 holds 5 (3 + 1 + 1), r2 holds 3, so both racks. Among
+    # their nodes, h1 and h4 (3 each) hold all 6: 2 nodes, where filling r1 first took 4.
+    drawing = "block b1\n  rack r1: h1[3/8] h2[1/8] h3[1/8]\n  rack r2: h4[3/8]\n"
+    a = answer(drawing, gang("g", 6, 1, annotations={REQ: BLOCK}), levels=[BLOCK, LEAF])
+    assert a.feasible, a.reason
+    assert sorted(a.placement.values()) == ["h1"] * 3 + ["h4"] * 3
+
+
 def test_best_fit_keeps_large_domains_whole():
     # 3 pods fit n1, n2, n3 and n4; with x1 busy, n1 has exactly 3 nodes free: zero left over.
     a = answer(FOUR_LEVELS, gang("g", 3, 8), pods=[pod("busy", 8, node="x1")])
