@@ -244,6 +244,8 @@ def test_ordered_a_trainjob_with_an_initializer_never_stalls(cluster, ns):
     assert_whole_in_one_domain(nodes, 4)
 
 
+@pytest.mark.xfail(strict=True, reason="open: railyard does not plan JobSet's one-Job-per-domain anti-affinity "
+                   "(docs/workloads.md, Exclusive placement); the second leader is refused in a shared domain")
 def test_ordered_a_jobset_with_exclusive_placement_binds_its_leads_first(cluster, ns):
     (js,) = example("jobset-exclusive.yaml")
     create(cluster, ns, js)
