@@ -347,6 +347,9 @@ class PodFacts:
     lead: bool = False
     """The pod's controller creates (or starts) other members of its gang only once this one is
     bound: a JobSet exclusive-placement leader, a LeaderWorkerSet leader that starts first."""
+    told_rank: int | None = None
+    """The rank railyard wrote on the pod when it bound it (``railyard.io/rank``), read back: a
+    replacement takes the rank no running member holds."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

@@ -16,6 +16,7 @@ of its key; made a valid name part, and told apart by its position when two leve
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 from extender.core.model import Address
 
@@ -44,6 +45,13 @@ def address_annotations(address: Address) -> dict[str, str]:
         seen.add(key)
         out[key] = place.domain
     return out
+
+
+def told_rank(annotations: Mapping[str, str]) -> int | None:
+    """The rank railyard wrote on a member it bound, or None (absent or not a whole number below
+    a million: never trusted further than its shape)."""
+    raw = annotations.get(RANK)
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() and len(raw) <= 6 else None
 
 
 def domain_key(level_name: str) -> str:

@@ -105,7 +105,8 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         # one binds all at once.
         spec = replace(spec, min_member=max(len(members), min_member - len(running)), slice_size=0,
                        slice_level=None, lead_size=0, gang_slice_size=spec.slice_size,
-                       ranks=whole_ranks([*(Member(p.key, p.gpus, p.rank) for p in running), *members]))
+                       ranks=whole_ranks([(Member(p.key, p.gpus, p.rank), p.told_rank) for p in running],
+                                         members, min_member))
     return spec
 
 

@@ -10,9 +10,9 @@ training launcher reads it from the pod (``kubeobjects.notes`` names the annotat
 its process groups: ranks that follow the fabric.
 
 A round of replacements for a running gang is planned on its own, beside the running members;
-each of its members gets its rank in the whole gang (``whole_ranks``: the running members and
-the new ones in the first round's order, so a replacement with the lost member's rank index
-label takes the lost member's rank), the slice of that rank, and its own domains and the rails
+each of its members gets its rank in the whole gang (``whole_ranks``: the running members keep the
+ranks railyard told them and the new ones take the ranks none holds, so a replacement takes the
+lost member's rank), the slice of that rank, and its own domains and the rails
 its own plan gave it (none for a replacement planned alone on a node: the gang's rail set is not
 known from the running members' facts).
 """
@@ -43,10 +43,24 @@ def addresses(topo: Topology, placement: Placement, spec: GangSpec | None = None
     return out
 
 
-def whole_ranks(members: Sequence[Member]) -> tuple[tuple[str, int], ...]:
-    """Each GPU member's rank in the whole gang: by rank index labels (none last), then name, as
-    the planner gives a first round's slots (``packing.rank_order``)."""
-    return tuple((m.key, r) for r, m in enumerate(rank_order([m for m in members if m.gpus > 0])))
+def whole_ranks(running: Sequence[tuple[Member, int | None]], members: Sequence[Member],
+                size: int) -> tuple[tuple[str, int], ...]:
+    """Each GPU member's rank in the whole gang of ``size``: the running members keep the ranks
+    railyard told them (``running``: each with its told rank), and the new ones take the ranks no
+    running member holds, lowest first, in rank index label order, so one replacement takes the
+    rank of the member it replaces. Where the running members' told ranks are missing or clash:
+    every member by rank index labels (none last), then name, as the planner gives a first
+    round's slots (``packing.rank_order``)."""
+    gpu_running = [(m, r) for m, r in running if m.gpus > 0]
+    new = rank_order([m for m in members if m.gpus > 0])
+    told = [r for _, r in gpu_running]
+    if all(r is not None for r in told) and len(set(told)) == len(told):
+        taken = {r for r in told if r is not None}
+        total = max(size, len(told) + len(new), max(taken, default=-1) + 1)
+        free = [r for r in range(total) if r not in taken]
+        return (*((m.key, r) for m, r in gpu_running if r is not None), *((m.key, r) for m, r in zip(new, free)))
+    everyone = rank_order([m for m, _ in gpu_running] + new)
+    return tuple((m.key, r) for r, m in enumerate(everyone))
 
 
 def domains(topo: Topology, node: str) -> tuple[Place, ...]:

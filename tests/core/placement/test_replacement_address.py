@@ -4,6 +4,8 @@ rank index labels' order, 0 .. N-1, as the first round gave them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -62,3 +64,20 @@ def test_every_replacement_of_a_labelled_gang_takes_the_rank_it_replaces(size, d
         return
     ranks = dict(spec.ranks)
     assert {p.key: ranks[p.key] for p in [*running, *new]} == {p.key: p.rank[0] for p in [*running, *new]}
+
+
+def test_a_replacement_takes_the_rank_railyard_told_the_member_it_replaces():
+    """The first round's ranks follow the slots, which late members took in the order they came:
+    rank index labels and told ranks may differ. The running members keep what they were told;
+    the replacement (index 1, told nothing yet) takes the one rank none of them holds."""
+    told = {0: 0, 2: 1, 3: 3}  # rank index label -> rank railyard wrote on the pod
+    running = [replace(member(i, f"h{i}"), told_rank=r) for i, r in told.items()]
+    spec = gangspec.build("ml/g", [member(1)], None, 60, running=running)
+    ranks = dict(spec.ranks)
+    assert ranks["ml/w-1"] == 2 and [ranks[f"ml/w-{i}"] for i in told] == [0, 1, 3]
+
+
+def test_clashing_or_missing_told_ranks_fall_back_to_rank_index_labels():
+    running = [replace(member(0, "h0"), told_rank=0), replace(member(2, "h2"), told_rank=0), member(3, "h3")]
+    spec = gangspec.build("ml/g", [member(1)], None, 60, running=running)
+    assert dict(spec.ranks)["ml/w-1"] == 1
