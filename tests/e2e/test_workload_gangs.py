@@ -183,7 +183,8 @@ def test_a_replaced_job_member_is_told_its_old_address(cluster, ns):
     new = wait_for(replacement, 120, "index 2's replacement bound")
     annotations = new.metadata.annotations or {}
     assert DOMAIN[new.spec.node_name] == home
-    assert annotations.get(RANK) == "2" and annotations.get(NVLINK_DOMAIN) == home, annotations
+    told = (lost.metadata.annotations or {}).get(RANK)
+    assert told is not None and annotations.get(RANK) == told and annotations.get(NVLINK_DOMAIN) == home, annotations
 
 
 def test_a_jobset_of_two_replicated_jobs_runs_whole_with_unique_ranks(cluster, ns):
