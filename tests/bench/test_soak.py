@@ -6,6 +6,7 @@ exposition): no cluster. The soak itself is ``python -m bench run --scenario soa
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import socket
@@ -157,7 +158,8 @@ def test_the_report_fits_only_the_load_and_states_bound_and_verdict(tmp_path):
                         "threads": 20, "fds": 30, "connections": 4, "held": {"gangs": 2, "pods_bound": 9},
                         "buckets": {"filter": cumulative([0.0004] * int(t)), "bind": cumulative([0.2] * int(t))}})
     samples.append({**samples[-1], "t": 1300.0, "phase": "drain", "rss_mb": 900.0})
-    workload = {"warmup_s": 60, "latency_window_s": 60, "bounds": {"rss_mb": 5, "heap_kblocks": 50, "threads": 1}}
+    workload = {"warmup_s": 60, "latency_window_s": 60,
+                "bounds": {"rss_mb": 5, "heap_kblocks": 50, "threads": 1, "bind_p99_ms": "25%"}}
     analysed = report.analyse(samples, workload)
     m = analysed["metrics"]
     assert m["rss_mb"]["verdict"] == "flat" and m["rss_mb"]["max"] < 900  # the drain sample left out
@@ -166,11 +168,14 @@ def test_the_report_fits_only_the_load_and_states_bound_and_verdict(tmp_path):
     assert m["threads"]["verdict"] == "flat"
     assert m["fds"]["verdict"] == "no bound"
     assert m["filter_p99_ms"]["windows"] > 10 and m["filter_p99_ms"]["p50_ms_median"] < 0.5
+    bind = m["bind_p99_ms"]  # every window's p99 the same: a flat series; its bound a quarter of it
+    assert bind["bound_per_h"] == pytest.approx(bind["median"] / 4) and bind["verdict"] == "flat"
     assert "| rss_mb |" in report.table(analysed) and "**grows**" in report.table(analysed)
     doc = report.write(tmp_path, {"command": "x"}, analysed, samples, [{"t": 600.0, "how": "SIGTERM"}], 1200)
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["threads"]["verdict"] == "flat"
     assert doc["command"] == "x" and (tmp_path / "soak.png").stat().st_size > 10_000
-    assert len((tmp_path / "samples.jsonl").read_text().splitlines()) == len(samples)
+    with gzip.open(tmp_path / "samples.jsonl.gz", "rt") as f:
+        assert [json.loads(line)["t"] for line in f] == [s["t"] for s in samples]
     del rng
 
 
