@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         from pathlib import Path
 
+        from bench import soak
+
+        if (Path(args.out) / "samples.jsonl.gz").exists():
+            return soak.rereport(Path(args.out))
         return run_mod.rereport(Path(args.out))
     command = ["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]
     from bench import soak

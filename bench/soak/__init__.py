@@ -15,6 +15,8 @@ The gang checks (every gang bound whole, none deadlocked) are the harness's own
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import re
 import shlex
 import sys
@@ -29,6 +31,26 @@ from extender import topotext
 #: The gang numbers of ``analysis.analyse`` a soak reports.
 GANG_KEYS = ("gangs", "pods", "deadlocked_gangs", "gang_time_to_bind_s", "gang_bind_spread_s",
              "partial_gang_pod_seconds", "narrowest_domain_fraction", "utilization_mean")
+
+
+#: The workload keys the analysis reads, kept in results.json so ``rereport`` fits the same way.
+ANALYSIS_KEYS = ("warmup_s", "latency_window_s", "bounds")
+
+
+def rereport(out: Path) -> int:
+    """Fit a finished soak's samples again (``python -m bench report --out DIR``): after a
+    change to the analysis, or with other bounds in results.json's ``analysis``."""
+    from bench.soak import report
+
+    doc = json.loads((out / "results.json").read_text())
+    with gzip.open(out / "samples.jsonl.gz", "rt") as f:
+        samples = [json.loads(line) for line in f]
+    workload = {**scenario_mod.load(doc["scenario"], doc["mode"] == "quick").workload, **doc.get("analysis", {})}
+    doc["analysis"] = {k: workload[k] for k in ANALYSIS_KEYS if k in workload}
+    doc = report.write(out, doc, report.analyse(samples, workload), samples, doc["restarts"],
+                       float(doc["load"]["duration_s"]))
+    print(report.table(doc), file=sys.stderr)
+    return 0
 
 
 def is_soak(name_or_path: str) -> bool:
@@ -100,6 +122,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             "(buckets 50 us .. 10 s, linear inside a bucket); bind includes the time a member is held "
             "at the gang gate, so its p99 follows how long gangs wait for room."])
     meta["load_average"]["end"] = run_mod._loadavg()
+    meta["analysis"] = {k: workload[k] for k in ANALYSIS_KEYS if k in workload}
     doc = report.write(out, meta, analysed, seen.samples, seen.restarts, duration)
     print(report.table(doc), file=sys.stderr)
     g = doc["gangs"]

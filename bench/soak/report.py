@@ -114,8 +114,8 @@ def plot(path: Path, samples: list[dict[str, Any]], analysed: dict[str, Any],
         for seg in dict.fromkeys(s["segment"] for s in samples):
             pts = [(s["t"] / 60, get(s)) for s in samples if s["segment"] == seg and get(s) is not None]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.8, color="tab:blue")
-        e = analysed["metrics"][key]
-        if e["fit"]:
+        e = analysed["metrics"].get(key)
+        if e and e["fit"]:
             f = e["fit"]
             ax.text(0.01, 0.95, f"slope {f['slope_per_h']:+.3g} ± {f['noise_per_h']:.2g} {e['unit']}/h "
                     f"(bound {e['bound_per_h']}): {e['verdict']}", transform=ax.transAxes, fontsize=8, va="top")

@@ -195,3 +195,16 @@ def test_the_soak_scenario_is_recognised_and_durations_parse():
     for bad in ("", "0", "-5m", "1d", "an hour"):
         with pytest.raises(ValueError, match="--duration"):
             soak.parse_duration(bad)
+
+
+def test_a_finished_soak_is_fitted_again_with_the_bounds_its_results_keep(tmp_path):
+    samples = [{"t": t, "segment": 1, "phase": "load", "rss_mb": 100 + 8 * t / H, "held": {}, "buckets": {}}
+               for _, t, _ in series(0.0)]
+    report.write(tmp_path, {"scenario": "soak", "mode": "quick", "restarts": [], "load": {"duration_s": H},
+                            "analysis": {"bounds": {"rss_mb": 10}}},
+                 {"metrics": {}, "windows": {"filter": [], "bind": []}}, samples, [], H)
+    assert soak.rereport(tmp_path) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["metrics"]["rss_mb"]["fit"]["slope_per_h"] == pytest.approx(8.0)
+    assert doc["metrics"]["rss_mb"]["verdict"] == "flat"  # 8 MB/h under the kept bound of 10
+    assert doc["analysis"]["warmup_s"] == 30  # the rest from the scenario's quick section
