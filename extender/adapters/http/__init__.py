@@ -5,6 +5,7 @@
     verbs/        one module per verb: decode -> handler -> encode.
     server.py     aiohttp: the verbs, health, readiness, metrics, /debug/gangs; one except
                   ladder for errors.
+    workers.py    the held binds' thread pool, whose idle threads leave.
 
 Never imports the gRPC or k8s adapters (tests/test_layers.py).
 """
