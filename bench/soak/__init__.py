@@ -21,6 +21,7 @@ import re
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -45,6 +46,10 @@ def rereport(out: Path) -> int:
     doc = json.loads((out / "results.json").read_text())
     with gzip.open(out / "samples.jsonl.gz", "rt") as f:
         samples = [json.loads(line) for line in f]
+    pods = out / "arm-B" / "pods.json"
+    if pods.exists() or pods.with_suffix(".json.gz").exists():
+        text = pods.read_text() if pods.exists() else gzip.decompress(pods.with_suffix(".json.gz").read_bytes())
+        samples = report.with_outside(samples, json.loads(text))
     workload = {**scenario_mod.load(doc["scenario"], doc["mode"] == "quick").workload, **doc.get("analysis", {})}
     doc["analysis"] = {k: workload[k] for k in ANALYSIS_KEYS if k in workload}
     doc = report.write(out, doc, report.analyse(samples, workload), samples, doc["restarts"],
@@ -106,7 +111,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     assert seen.result is not None
     runner.save(seen.result, out / "arm-B")
     gang_out, _ = analysis.analyse(seen.result, jobs, nodes, workload)
-    analysed = report.analyse(seen.samples, workload)
+    samples = report.with_outside(seen.samples, [asdict(r) for r in seen.result.pods.values()])
+    analysed = report.analyse(samples, workload)
     meta.update(
         load={**load, "cordons": seen.cordons, "pods_deleted": seen.deleted, "delete_errors": seen.delete_errors},
         restarts=seen.restarts, samples=len(seen.samples), missed_samples=seen.missed_samples,
@@ -123,7 +129,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             "at the gang gate, so its p99 follows how long gangs wait for room."])
     meta["load_average"]["end"] = run_mod._loadavg()
     meta["analysis"] = {k: workload[k] for k in ANALYSIS_KEYS if k in workload}
-    doc = report.write(out, meta, analysed, seen.samples, seen.restarts, duration)
+    doc = report.write(out, meta, analysed, samples, seen.restarts, duration)
     print(report.table(doc), file=sys.stderr)
     g = doc["gangs"]
     print(f"bench: gangs bound whole {g['bound_whole']}/{g['total']}, partly bound {g['partly_bound']}, "

@@ -17,6 +17,7 @@ and **unclear** otherwise (the run was too noisy or too short to tell).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
@@ -137,3 +138,10 @@ def window_quantiles(samples: Sequence[dict[str, Any]], verb: str, width_s: floa
         out.append(row)
         start = s
     return out
+
+
+def covering(intervals: Sequence[tuple[float, float]], ts: Sequence[float]) -> list[int]:
+    """How many of the ``[start, end)`` intervals hold each time in ``ts`` (end ``inf``: open)."""
+    starts = sorted(s for s, _ in intervals)
+    ends = sorted(e for _, e in intervals)
+    return [bisect_right(starts, t) - bisect_right(ends, t) for t in ts]

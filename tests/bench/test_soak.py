@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 import socket
 
@@ -163,7 +164,8 @@ def test_the_report_fits_only_the_load_and_states_bound_and_verdict(tmp_path):
     analysed = report.analyse(samples, workload)
     m = analysed["metrics"]
     assert m["rss_mb"]["verdict"] == "flat" and m["rss_mb"]["max"] < 900  # the drain sample left out
-    assert m["heap_kblocks"]["verdict"] == "grows"  # 360 k blocks an hour
+    assert m["heap_kblocks"]["verdict"] == "grows" and m["heap_kblocks"]["rises"]  # 360 k blocks an hour
+    assert m["rss_mb"]["rises"] is False
     assert m["heap_kblocks"]["fit"]["slope_per_h"] == pytest.approx(360, rel=1e-6)
     assert m["threads"]["verdict"] == "flat"
     assert m["fds"]["verdict"] == "no bound"
@@ -186,7 +188,8 @@ def test_a_longer_soak_keeps_the_arrival_rates():
     assert longer["gangs"][0]["count"] == 2 * base["gangs"][0]["count"]
     assert longer["singles"]["window_s"] == 2 * float(base["singles"]["window_s"])
     assert longer["duration_s"] == 2 * float(base["duration_s"])
-    assert set(base["bounds"]) == {*report.SERIES, *report.LATENCY}
+    # Every series has a bound but the raw book sizes, which follow the load (see with_outside).
+    assert set(base["bounds"]) == {*report.SERIES, *report.LATENCY} - {"book_gangs", "book_pods"}
 
 
 def test_the_soak_scenario_is_recognised_and_durations_parse():
@@ -208,3 +211,24 @@ def test_a_finished_soak_is_fitted_again_with_the_bounds_its_results_keep(tmp_pa
     assert doc["metrics"]["rss_mb"]["fit"]["slope_per_h"] == pytest.approx(8.0)
     assert doc["metrics"]["rss_mb"]["verdict"] == "flat"  # 8 MB/h under the kept bound of 10
     assert doc["analysis"]["warmup_s"] == 30  # the rest from the scenario's quick section
+
+
+def test_the_book_is_compared_with_what_the_harness_saw_waiting_and_running():
+    pods = [  # gang g (2 members): created at 0 and 2, whole at 10; lone pod s; gang h never whole
+        {"name": "g-0", "job": "g", "created": 0.0, "bound": 5.0, "finished": 50.0},
+        {"name": "g-1", "job": "g", "created": 2.0, "bound": 10.0, "finished": 60.0},
+        {"name": "s", "job": "s", "created": 1.0, "bound": 1.5, "finished": None},
+        {"name": "h-0", "job": "h", "created": 20.0, "bound": 21.0, "finished": None},
+        {"name": "h-1", "job": "h", "created": 20.0, "bound": None, "finished": None},
+        {"name": "x-0", "job": "x", "created": None, "bound": None, "finished": None},  # never created
+    ]
+    times = (0.5, 9.9, 10.0, 30.0, 55.0, 70.0, 10 + report.RECENT_S)
+    samples = [{"t": t, "held": {"gangs": 3, "pods_running": 4}} for t in times]
+    got = report.with_outside(samples, pods)
+    assert [s["waiting_gangs"] for s in got] == [1, 1, 0, 1, 1, 1, 1]
+    assert [s["recent_gangs"] for s in got] == [0, 0, 1, 1, 1, 1, 0]  # g, whole at 10 s, for RECENT_S
+    assert [s["running_pods"] for s in got] == [0, 2, 3, 4, 3, 2, 2]
+    assert [report.SERIES["book_gangs_beyond_harness"][1](s) for s in got] == [2, 2, 2, 1, 1, 1, 2]
+    assert report.SERIES["book_running_beyond_running"][1](got[0]) == 4
+    assert report.SERIES["book_running_beyond_running"][1](samples[0]) is None  # no harness view: no value
+    assert stats.covering([(0.0, math.inf), (1.0, 2.0)], [0.0, 1.0, 2.0]) == [1, 2, 1]
