@@ -1,4 +1,4 @@
-"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,A100,B,C,D] [--runs N]`` (issue 5).
+"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,A100,B,C,D] [--runs N] [--duration 1h]`` (issue 5).
 
 Runs the scenario's arms one after another, each on a fresh local kwok cluster of the same
 shape, N times interleaved (issue 21), and writes DIR/results.json, DIR/report.md and PNG plots;
@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--arms", help="comma-separated arms to run instead of the scenario's, e.g. A,A100,B")
     run.add_argument("--runs", type=int, help="runs of every arm, interleaved (A, B, A, B, ...), each on a fresh "
                                               "cluster; results per run and their median (default 3, 1 with --quick)")
+    run.add_argument("--duration", help="soak scenarios: how long the load runs, e.g. 300, 60m, 1h "
+                                         "(default: the scenario's duration_s)")
     again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")
     again.add_argument("--out", required=True, help="the directory a run wrote")
     gangs = sub.add_parser("gangs", help="each gang's timeline in a finished run (the evidence behind deadlocked_gangs)")
@@ -41,8 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         from pathlib import Path
 
+        from bench import soak
+
+        if (Path(args.out) / "samples.jsonl.gz").exists():
+            return soak.rereport(Path(args.out))
         return run_mod.rereport(Path(args.out))
-    return run_mod.main(args, ["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    command = ["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]
+    from bench import soak
+
+    if soak.is_soak(args.scenario):
+        return soak.main(args, command)
+    if args.duration:
+        parser.error(f"--duration is for soak scenarios; {args.scenario} is not one")
+    return run_mod.main(args, command)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
                   ladder for errors.
     view.py       the live topology view on a port of its own: the page (static/) and
                   /topology.json, read-only.
+    workers.py    the held binds' thread pool, whose idle threads leave.
 
 Never imports the gRPC or k8s adapters (tests/test_layers.py).
 """

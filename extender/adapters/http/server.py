@@ -9,7 +9,8 @@ verb waiting for the service lock (held by a gRPC PlanGang or a relist) or a lar
 never keeps /healthz, /readyz or /metrics waiting (issue 11 item 6; measured in
 tests/fuzz/test_http_loop.py). filter, prioritize and preempt share ``VERB_WORKERS`` threads
 (they take one lock in the service: more threads would only queue on it); a bind call may be
-held for minutes at the gang gate, so it runs on a pool sized to the held-bind cap.
+held for minutes at the gang gate, so it runs on a pool sized to the held-bind cap whose idle
+threads leave (``workers.py``).
 
 Work is bounded: past ``max_in_flight`` verb calls (filter, prioritize, preempt: reading,
 waiting for a worker or running) or ``max_held_binds`` bind calls the server answers 503 at
@@ -51,6 +52,7 @@ from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
 from extender.adapters.http.verbs import VERBS
+from extender.adapters.http.workers import IdleExitPool
 from extender.core.errors import BadRequest, Overloaded, RailyardError
 from extender.settings import ServerSettings, listen_address
 
@@ -169,7 +171,7 @@ class ExtenderServer:
         self._ssl = ssl_context
         self._counters = _Counters()
         self._warned: dict[tuple[str, str], tuple[float, int]] = {}
-        self._binds = ThreadPoolExecutor(max_workers=settings.max_held_binds, thread_name_prefix="bind")
+        self._binds = IdleExitPool(settings.max_held_binds, "bind")  # a burst's threads leave after it
         self._verbs = ThreadPoolExecutor(max_workers=VERB_WORKERS, thread_name_prefix="verb")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
