@@ -105,6 +105,10 @@ def test_the_extender_role_is_exactly_what_railyard_uses(rendered):
                                                 "resourceclaimtemplates") for v in ("get", "list", "watch"))),
         ("resource.k8s.io", "resourceclaims/status", "patch"),  # deallocating a leftover of a failed bind
         ("resource.k8s.io", "resourceclaims/binding", "patch"),  # what changing status.allocation needs
+        # the workload kinds whose objects size a gang (docs/workloads.md)
+        *((group, kind, verb) for group, kind in (("jobset.x-k8s.io", "jobsets"),
+                                                  ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("batch", "jobs"))
+          for verb in ("list", "watch")),
     }
     binding = find(rendered, "ClusterRoleBinding", "railyard-extender")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "railyard", "namespace": "railyard-system"}]
