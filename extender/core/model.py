@@ -321,6 +321,9 @@ class PodFacts:
     lead: bool = False
     """The pod's controller creates (or starts) other members of its gang only once this one is
     bound: a JobSet exclusive-placement leader, a LeaderWorkerSet leader that starts first."""
+    gated: bool = False
+    """``spec.schedulingGates`` holds railyard's gate: kube-scheduler tries the pod only once
+    railyard lifts it, for the whole gang at once (``service.release``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

@@ -37,7 +37,7 @@ def test_the_device_class_is_nvidias_and_the_scheduler_sends_every_pod():
                                              "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}],
         "extendedResourceName": "nvidia.com/gpu"}
     reference = config.reference_scheduler_config()
-    assert reference["extenders"][0]["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert reference["extenders"][0]["managedResources"] == [{"name": "railyard.io/gang-member", "ignoredByScheduler": True}]
     changed = dra.without_managed_resources(reference)
     assert "managedResources" not in changed["extenders"][0]
     assert {k: v for k, v in changed["extenders"][0].items()} == {

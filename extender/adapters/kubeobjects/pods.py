@@ -80,6 +80,10 @@ def gang_ref(pod: Mapping[str, Any]) -> GangRef:
     return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
 
 
+GATE = "railyard.io/gang"
+"""The scheduling gate the admission policy (``admission.py``) puts on a gang member asking for
+GPUs; railyard lifts it for the whole gang once the gang is planned (``service.release``)."""
+
 BINDING = "railyard.io/binding"
 """Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``,
 beside the member's address (``notes.address_annotations``)."""
@@ -134,6 +138,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
+        gated=any(isinstance(g, dict) and g.get("name") == GATE for g in spec.get("schedulingGates") or ()),
     )
 
 
