@@ -338,6 +338,12 @@ def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> 
             f"the rest must arrive within {max(left, 0):.0f}s")
 
 
+def members_missing(gang: str, present: int, running: int, need: int) -> str:
+    return (f"gang {gang}: {present} member{'s' if present != 1 else ''} created"
+            + (f" and {running} running" if running else "")
+            + f", min-member {need}; railyard plans it and lifts its scheduling gate once all {need} exist")
+
+
 def timeout_capped(gang: str, asked: float, cap: float) -> str:
     return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
             f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")

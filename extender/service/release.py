@@ -12,8 +12,10 @@ priority it filters (``PriorityQueue.addPod``, pkg/scheduler/backend/queue/sched
 of no gang, which no longer reach railyard's filter, keep off the reserved GPUs. It tries the
 nominated node first (``evaluateNominatedNode``, schedule_one.go), which the filter passes.
 
-A gang that cannot be planned stays gated, holding nothing, with the reason in an Event; if it
-may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
+A gang is planned once all its members exist (min-member of them, running ones counted; a gang
+whose leader binds before the rest are created, at once): a member not created yet could not be
+nominated, and lone pods could take its slot. A gang that cannot be planned stays gated,
+holding nothing, with the reason in an Event; if it may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
 have it do. It is tried again when pods finish or go, nodes change, or its size settles.
 
 Orchestration only: the book plans; the writes go through the Gates port, outside the lock.
@@ -25,6 +27,7 @@ import logging
 import threading
 from typing import Callable, Protocol
 
+from extender.core import verdicts
 from extender.core.errors import Settling
 from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
@@ -53,8 +56,13 @@ class GangRelease:
         self.preemption = preemption
         self.reserve = reserve
         """``Verbs.reserve``: the plan filter would make."""
-        self._gated: dict[str, set[str]] = {}
-        """gang -> keys of its members the watch shows gated (under ``ctx.cond``)."""
+        self._gated: dict[str, dict[str, PodRef]] = {}
+        """gang -> its members the watch shows gated, by key (under ``ctx.cond``)."""
+        self._strays: dict[str, tuple[PodRef, str]] = {}
+        """Gated pods to release at the next pass, with the node to name (none for pods railyard
+        holds no gang for: a field the API server dropped after admission, such as ``spec.schedulingGroup`` with
+        its feature gate off; labels changed since; a pod railyard cannot size), and releases
+        whose write failed, with their node."""
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
         self._retry = False
@@ -69,9 +77,12 @@ class GangRelease:
 
     def pod_seen(self, pod: PodFacts) -> None:
         gang = pod.gang.key
-        if pod.gated and pod.gang.named and not pod.node and not pod.finished:
-            self._gated.setdefault(gang, set()).add(pod.key)
-            self._due.add(gang)
+        if pod.gated and not pod.node and not pod.finished:
+            if pod.gang.named:
+                self._gated.setdefault(gang, {})[pod.key] = pod.ref
+                self._due.add(gang)
+            else:
+                self._strays[pod.key] = (pod.ref, "")
             self._wake.set()
             return
         self._forget(gang, pod.key)
@@ -90,14 +101,16 @@ class GangRelease:
 
     def relisted(self, pods: list[PodFacts]) -> None:
         self._gated.clear()
+        self._strays.clear()
         for pod in pods:
             self.pod_seen(pod)
         self.freed()
 
     def _forget(self, gang: str, key: str) -> None:
+        self._strays.pop(key, None)
         members = self._gated.get(gang)
         if members is not None:
-            members.discard(key)
+            members.pop(key, None)
             if not members:
                 del self._gated[gang]
 
@@ -113,7 +126,7 @@ class GangRelease:
         ctx = self.ctx
         jobs: list[Job] = []
         with ctx.cond:
-            if not self._gated or not self.sink.ready():
+            if not (self._gated or self._strays) or not self.sink.ready():
                 return 0
             if self.sink.levels_stale:
                 self.sink.redetect()
@@ -121,7 +134,8 @@ class GangRelease:
             self._due.clear()
             self._retry = False
             now = ctx.tick()
-            lifts: list[tuple[PodRef, str]] = []
+            lifts: list[tuple[PodRef, str]] = list(self._strays.values())
+            self._strays.clear()
             for gang in sorted(gangs):
                 released, job = self._decide(gang, now)
                 lifts += released
@@ -136,20 +150,22 @@ class GangRelease:
             log.warning("%s", exc)
         if errors:
             with ctx.cond:  # tried again at the next pass
-                for ref, _ in lifts:
-                    pod = ctx.pods.pending_pod(ref.key)
-                    if ref.key in errors and pod is not None and pod.gated:
-                        self._gated.setdefault(pod.gang.key, set()).add(ref.key)
-                        self._retry = True
+                for ref, node in lifts:
+                    if ref.key in errors:
+                        self._strays[ref.key] = (ref, node)
+                self._wake.set()
         return len(lifts) - len(errors)
 
     def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job]]:
         """The gang's gated members to release, each with its planned node, and the preemption
         jobs to start; plans the gang first if it has no plan."""
         ctx = self.ctx
-        keys = self._gated.get(gang, set())
-        members = sorted((p for k in keys if (p := ctx.pods.pending_pod(k)) is not None and p.gated),
+        gated = self._gated.get(gang, {})
+        members = sorted((p for k in gated if (p := ctx.pods.pending_pod(k)) is not None and p.gated),
                          key=lambda p: p.key)
+        for key in set(gated) - {p.key for p in members}:  # left to kube-scheduler (unsized)
+            self._strays[key] = (gated.pop(key), "")
+            self._wake.set()
         if not members:
             self._gated.pop(gang, None)
             return [], []
@@ -158,6 +174,13 @@ class GangRelease:
         ctx.book.prepare(rec, first.key)
         jobs: list[Job] = []
         if rec.phase == Phase.PENDING:
+            spec, present, running = ctx.request(rec, first)
+            if not spec.invalid and not spec.lead_size and len(present) + len(running) < spec.min_member:
+                # Members not created yet: no reservation kube-scheduler could not see.
+                reason = verdicts.members_missing(gang, len(present), len(running), spec.min_member)
+                for pod in members:
+                    ctx.ports.events.event(pod, "GangWaiting", reason, "Normal")
+                return [], []
             try:
                 self.reserve(rec, first, list(ctx.state.topology.names), now)
             except Settling:

@@ -93,9 +93,8 @@ def test_a_gang_that_does_not_fit_stays_gated_with_its_reason_until_gpus_free_up
     assert sorted(node for _, node in binder.released) == ["h5", "h6"]
 
 
-def test_only_gated_gang_members_are_released():
+def test_members_without_railyards_gate_are_left_alone():
     ext, binder = extender()
-    ext.pod_upserted(pod("lone", 4, **GATED))  # names no gang: not railyard's gate to lift
     for p in gang("open", 2, 1, annotations={"railyard.io/min-member": "2"}):  # no gate
         ext.pod_upserted(p)
     assert ext.release_gangs(wait=0) == 0
@@ -116,3 +115,24 @@ def test_without_a_gates_port_nothing_is_released():
     binder = MemoryBinder()
     ext = Extender(SETTINGS, binder, clock=Clock())
     assert ext.release_gangs(wait=0) == 0
+
+
+def test_a_gang_is_planned_only_once_all_its_members_exist():
+    ext, binder = extender()
+    pods = gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **GATED)
+    ext.pod_upserted(pods[0])
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.events[-1] == ("GangWaiting", "gang ml/g: 1 member created, min-member 2; railyard plans it "
+                                                "and lifts its scheduling gate once all 2 exist")
+    assert ext.debug_gangs()[0].phase == "pending"  # nothing reserved meanwhile
+    ext.pod_upserted(pods[1])
+    assert ext.release_gangs(wait=0) == 2
+
+
+def test_a_gated_pod_that_names_no_gang_is_released_at_once():
+    # spec.schedulingGroup passes the admission policy, then the API server drops it when its
+    # feature gate is off (GenericWorkload, off in 1.37): the stored pod names no gang.
+    ext, binder = extender()
+    ext.pod_upserted(pod("dropped", 4, **GATED))
+    assert ext.release_gangs(wait=0) == 1
+    assert binder.released == [("ml/dropped", "")]
