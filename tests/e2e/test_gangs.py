@@ -20,9 +20,11 @@ from typing import Any, Iterable
 
 import pytest
 
+from extender.adapters.kubeobjects import GATE
+
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, unique,
-    wait_for, wait_for_phase, wait_unschedulable, wait_released,
+    wait_for, wait_for_phase, wait_gang_reason, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -103,9 +105,10 @@ def test_gang_larger_than_any_nvlink_domain_stays_pending_whole_with_the_reason(
     reason = re.compile(rf"gang {ns}/giant needs 6 pods x 8 GPUs within one {re.escape(NVLINK)}; "
                         rf"best nvlink \S+ fits 5")
     for name in names:
-        message = wait_unschedulable(core, ns, name, timeout=BIND_TIMEOUT)
+        message = wait_gang_reason(core, ns, name, timeout=BIND_TIMEOUT)
         assert reason.search(message), message
-    # Every member was tried and refused; none is bound, now or a moment later.
+    # Every member waits gated (kube-scheduler never tries one); none is bound, now or a moment later.
+    assert all(GATE in [g.name for g in p.spec.scheduling_gates or []] for p in core.list_namespaced_pod(ns).items)
     assert watch.bound(names) == {}
     time.sleep(3)
     assert watch.bound(names) == {}

@@ -13,17 +13,14 @@ One cluster for the module, 8 kwok nodes x 8 GPUs::
 from __future__ import annotations
 
 import json
-import re
-import ssl
-import urllib.request
 
 import pytest
 
 from extender.adapters.kubeobjects import GATE, MARKER, MEMBERSHIP
 
 from .helpers import (
-    BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, pods_by_name, unique, wait_for,
-    wait_for_phase, wait_released,
+    BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, metric, names_of, namespace, pods_by_name, unique,
+    wait_for, wait_for_phase, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -49,19 +46,6 @@ def ns(cluster):
 
 def state(cluster) -> dict:
     return json.loads((cluster.workdir / "cluster.json").read_text())
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """Sum of a metric's samples matching ``labels`` in a /metrics text."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the scheduler's self-signed cert
-    with urllib.request.urlopen(url + "/metrics", timeout=30, context=context) as reply:
-        text = reply.read().decode()
-    total = 0.0
-    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
-        if all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
 
 
 def filters(cluster) -> float:
