@@ -13,7 +13,8 @@ of no gang, which no longer reach railyard's filter, keep off the reserved GPUs.
 nominated node first (``evaluateNominatedNode``, schedule_one.go), which the filter passes.
 
 A gang is planned once all its members exist (min-member of them, running ones counted; a gang
-whose leader binds before the rest are created, at once): a member not created yet could not be
+whose leader binds before the rest are created, at once) and no other component's scheduling
+gate is left on them (Kueue lifts its own once it admits the workload): a member not created yet could not be
 nominated, and lone pods could take its slot. A gang that cannot be planned stays gated,
 holding nothing, with the reason in an Event; if it may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
 have it do. It is tried again when pods finish or go, nodes change, or its size settles.
@@ -168,6 +169,14 @@ class GangRelease:
             self._wake.set()
         if not members:
             self._gated.pop(gang, None)
+            return [], []
+        held = [p for p in members if p.held_by]
+        if held:
+            # Another component decides first (Kueue admits by quota, then lifts its gate): a
+            # plan now would hold GPUs for a gang that may wait on it for long.
+            reason = verdicts.held_by_others(gang, len(held), len(members), sorted({g for p in held for g in p.held_by}))
+            for pod in members:
+                ctx.ports.events.event(pod, "GangWaiting", reason, "Normal")
             return [], []
         rec = ctx.book.record(gang, now)
         first = members[0]

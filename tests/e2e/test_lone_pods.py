@@ -13,10 +13,13 @@ One cluster for the module, 8 kwok nodes x 8 GPUs::
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
 from extender.adapters.kubeobjects import GATE, MARKER, MEMBERSHIP
+from extender.localcluster import processes
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, metric, names_of, namespace, pods_by_name, unique,
@@ -28,7 +31,8 @@ pytestmark = pytest.mark.e2e
 TOPOLOGY = "blocks=1 racks=2 nvl=2 nodes=2 gpus=8 scheme=topograph"
 NODES = 8
 HOLD = "example.com/hold"
-"""Another component's scheduling gate (Kueue adds its own): railyard lifts only its own."""
+"""Another component's scheduling gate (Kueue adds its own): railyard lifts only its own, and plans
+a gang only once no other is left."""
 
 
 @pytest.fixture(scope="module")
@@ -147,35 +151,56 @@ def test_a_gang_waits_gated_without_scheduling_attempts_then_binds_whole(cluster
 
 
 def test_a_flood_of_lone_pods_never_takes_a_nominated_members_gpus(cluster, ns):
-    """Members released by railyard but still held by another component's gate sit in
-    kube-scheduler's queue with their nominated node: a flood of lone pods of the same priority,
-    twice the cluster's GPUs, fills every node but those."""
+    """A backlog of lone pods ahead of the members in kube-scheduler's queue (created earlier, the
+    same priority: PrioritySort), twice the cluster's GPUs, fills every node but the ones railyard
+    nominated the members to; the members bind where nominated. kube-scheduler is paused
+    (SIGSTOP) while the pods are created and released, so the order is the queue's, not a race."""
     core = cluster.core
-    gang = gang_pods(unique("g"), 4, gpus=8, timeout_seconds=120)
+    (scheduler,) = [p for p in processes.recorded(cluster.workdir) if p.name == "kube-scheduler"]
+    flood = [gpu_pod(unique("lone"), 8) for _ in range(2 * NODES)]
+    for pod in flood:
+        pod["spec"]["schedulingGates"] = [{"name": HOLD}]  # the test's own: released after the members
+    gang = gang_pods(unique("g"), 4, gpus=8)
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        create_pods(core, ns, flood)
+        create_pods(core, ns, gang)
+
+        def nominated():
+            pods = pods_by_name(core, ns)
+            got = {n: pods[n].status.nominated_node_name for n in names_of(gang)}
+            gated = [n for n in names_of(gang) if GATE in [g.name for g in pods[n].spec.scheduling_gates or []]]
+            return got if all(got.values()) and not gated else None
+
+        reserved = wait_for(nominated, 60, "railyard to nominate the members and lift their gate")
+        for name in names_of(flood):
+            core.patch_namespaced_pod(name, ns, {"spec": {"schedulingGates": [{"$patch": "delete", "name": HOLD}]}})
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+    assert len(set(reserved.values())) == 4
+    with BindingWatch(core, ns) as watch:
+        placed = watch.wait_bound(names_of(gang), 90, "the gang")
+        watch.assert_whole()
+    wait_for(lambda: sum(1 for n in names_of(flood) if pods_by_name(core, ns)[n].spec.node_name) >= NODES - 4, 90,
+             "the lone pods to fill the other nodes")
+    assert placed == reserved
+    pods = pods_by_name(core, ns)
+    landed = [pods[n].spec.node_name for n in names_of(flood) if pods[n].spec.node_name]
+    assert len(landed) == NODES - 4 and not set(landed) & set(reserved.values())
+
+
+def test_a_gang_held_by_another_components_gate_is_planned_once_that_gate_goes(cluster, ns):
+    core = cluster.core
+    gang = gang_pods(unique("g"), 2, gpus=8)
     for pod in gang:
         pod["spec"]["schedulingGates"] = [{"name": HOLD}]
     create_pods(core, ns, gang)
-
-    def nominated():
-        pods = pods_by_name(core, ns)
-        got = {n: pods[n].status.nominated_node_name for n in names_of(gang)}
-        railyards = [g.name for n in names_of(gang) for g in pods[n].spec.scheduling_gates or [] if g.name == GATE]
-        return got if all(got.values()) and not railyards else None
-
-    reserved = wait_for(nominated, 60, "railyard to nominate the members and lift its gate")
-    assert len(set(reserved.values())) == 4
-    flood = create_pods(core, ns, [gpu_pod(unique("lone"), 8) for _ in range(2 * NODES)])
-    wait_for(lambda: sum(1 for n in flood if pods_by_name(core, ns)[n].spec.node_name) >= NODES - 4, 90,
-             "the lone pods to fill the free nodes")
+    wait_for(lambda: [e for e in core.list_namespaced_event(ns).items if e.reason == "GangWaiting"], 30,
+             "railyard to say the gang waits for the other gate")
     pods = pods_by_name(core, ns)
-    landed = {pods[n].spec.node_name for n in flood if pods[n].spec.node_name}
-    assert len(landed) == NODES - 4 and not landed & set(reserved.values())
-    # The other gate goes: the members bind where they were nominated, whole.
+    assert all(p.status.nominated_node_name is None for p in pods.values())  # nothing planned
+    for name in names_of(gang):
+        core.patch_namespaced_pod(name, ns, {"spec": {"schedulingGates": [{"$patch": "delete", "name": HOLD}]}})
     with BindingWatch(core, ns) as watch:
-        for name in names_of(gang):
-            core.patch_namespaced_pod(name, ns, {"spec": {"schedulingGates": [{"$patch": "delete", "name": HOLD}]}})
-        placed = watch.wait_bound(names_of(gang), 90, "the gang")
+        watch.wait_bound(names_of(gang), 60, "the gang")
         watch.assert_whole()
-    assert placed == reserved
-    pods = pods_by_name(core, ns)
-    assert sum(1 for n in flood if pods[n].spec.node_name) == NODES - 4  # the rest still wait

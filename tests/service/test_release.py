@@ -136,3 +136,18 @@ def test_a_gated_pod_that_names_no_gang_is_released_at_once():
     ext.pod_upserted(pod("dropped", 4, **GATED))
     assert ext.release_gangs(wait=0) == 1
     assert binder.released == [("ml/dropped", "")]
+
+
+def test_a_gang_held_by_another_components_gate_is_planned_only_once_it_is_lifted():
+    ext, binder = extender()
+    held = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}, {"name": "railyard.io/gang"}]}
+    pods = gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **held)
+    for p in pods:
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.events[-1] == ("GangWaiting", "gang ml/g: 2 of 2 gated members still carry other scheduling "
+                                                "gates (kueue.x-k8s.io/admission); railyard plans it once those are lifted")
+    assert ext.debug_gangs() == [] or ext.debug_gangs()[0].phase == "pending"
+    for p in gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **GATED):  # Kueue admitted it
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 2

@@ -121,6 +121,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     gpus, requests, request_problems = pod_requests(pod, gpu_resource)
     where, where_problems = eligibility(pod, requests)
     priority, policy, priority_problems = preemption_facts(spec)
+    gates = scheduling_gates(spec)
     return PodFacts(
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
@@ -138,8 +139,16 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
-        gated=any(isinstance(g, dict) and g.get("name") == GATE for g in spec.get("schedulingGates") or ()),
+        gated=GATE in gates,
+        held_by=tuple(g for g in gates if g != GATE),
     )
+
+
+def scheduling_gates(spec: Mapping[str, Any]) -> list[str]:
+    """The names in ``spec.schedulingGates`` (at most 64 read: the API server allows far fewer in practice)."""
+    raw = spec.get("schedulingGates")
+    gates = raw[:64] if isinstance(raw, list) else []
+    return [str(g["name"])[:253] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)]
 
 
 def preemption_facts(spec: Mapping[str, Any]) -> tuple[int, str, tuple[str, ...]]:

@@ -68,5 +68,6 @@ def test_the_translator_reads_the_gate_and_never_counts_the_marker():
     lifted = TRANSLATE.pod(marked(gang("g", 1, 8)[0], gated=False))
     assert not lifted.gated
     other_gate = pod("p", 1, schedulingGates=[{"name": "other.example/gate"}])
-    assert not TRANSLATE.pod(other_gate).gated
+    assert not TRANSLATE.pod(other_gate).gated and TRANSLATE.pod(other_gate).held_by == ("other.example/gate",)
+    assert member.held_by == ("other.example/gate",)
     assert not TRANSLATE.pod(pod("p", 1, schedulingGates="garbage")).gated
