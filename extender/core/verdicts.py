@@ -343,12 +343,6 @@ def held_by_others(gang: str, held: int, members: int, gates: list[str]) -> str:
             f"({', '.join(gates[:5])}{', ...' if len(gates) > 5 else ''}); railyard plans it once those are lifted")
 
 
-def members_missing(gang: str, present: int, running: int, need: int) -> str:
-    return (f"gang {gang}: {present} member{'s' if present != 1 else ''} created"
-            + (f" and {running} running" if running else "")
-            + f", min-member {need}; railyard plans it and lifts its scheduling gate once all {need} exist")
-
-
 def timeout_capped(gang: str, asked: float, cap: float) -> str:
     return (f"gang {gang} asked to wait {asked:g}s at bind; capped to {cap:g}s, so the held bind calls end "
             f"before kube-scheduler's extender httpTimeout cuts them (gangs.max_timeout_seconds)")

@@ -12,11 +12,13 @@ priority it filters (``PriorityQueue.addPod``, pkg/scheduler/backend/queue/sched
 of no gang, which no longer reach railyard's filter, keep off the reserved GPUs. It tries the
 nominated node first (``evaluateNominatedNode``, schedule_one.go), which the filter passes.
 
-A gang is planned once all its members exist (min-member of them, running ones counted; a gang
-whose leader binds before the rest are created, at once) and no other component's scheduling
-gate is left on them (Kueue lifts its own once it admits the workload): a member not created yet could not be
-nominated, and lone pods could take its slot. A gang that cannot be planned stays gated,
-holding nothing, with the reason in an Event; if it may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
+A gang is planned at its first gated member, as at its first filter call before (a member
+created later takes its slot then and is released at once, nominated to it), once no other component's
+scheduling gate is left on its members (Kueue lifts its own once it admits the workload). A
+member not created yet has no nomination: its slot is railyard's alone, and a lone pod may take
+it; the late member's planned node is then refused by kube-scheduler and the gang planned again.
+A gang that cannot be planned stays gated, holding nothing, with the reason in an Event; if it
+may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
 have it do. It is tried again when pods finish or go, nodes change, or its size settles.
 
 Orchestration only: the book plans; the writes go through the Gates port, outside the lock.
@@ -183,13 +185,6 @@ class GangRelease:
         ctx.book.prepare(rec, first.key)
         jobs: list[Job] = []
         if rec.phase == Phase.PENDING:
-            spec, present, running = ctx.request(rec, first)
-            if not spec.invalid and not spec.lead_size and len(present) + len(running) < spec.min_member:
-                # Members not created yet: no reservation kube-scheduler could not see.
-                reason = verdicts.members_missing(gang, len(present), len(running), spec.min_member)
-                for pod in members:
-                    ctx.ports.events.event(pod, "GangWaiting", reason, "Normal")
-                return [], []
             try:
                 self.reserve(rec, first, list(ctx.state.topology.names), now)
             except Settling:
@@ -203,7 +198,10 @@ class GangRelease:
             return [], jobs
         del self._gated[gang]
         out = []
+        names = list(ctx.state.topology.names)
         for pod in members:
+            if ctx.state.slot_of(pod.key) is None:
+                ctx.book.steer(rec, pod, names)  # a member created after planning takes its slot, as at filter
             slot = ctx.state.slot_of(pod.key)
             out.append((pod.ref, slot.node if slot is not None else ""))
         return out, jobs

@@ -252,13 +252,14 @@ def metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
-def wait_gang_reason(core: CoreV1Api, ns: str, name: str, timeout: float = 60) -> str:
+def wait_gang_reason(core: CoreV1Api, ns: str, name: str, timeout: float = 60,
+                     reason: str = "GangUnschedulable") -> str:
     """Wait until railyard told a gated gang member why its gang is not planned (an Event
-    ``GangUnschedulable``: kube-scheduler never tries a gated pod, so no condition says it);
-    return its message."""
+    ``GangUnschedulable``, or ``GangWaiting`` while another component's gate holds it:
+    kube-scheduler never tries a gated pod, so no condition says it); return its message."""
     def message() -> str | None:
         events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-        return next((e.message for e in events if e.reason == "GangUnschedulable"), None)
+        return next((e.message for e in events if e.reason == reason), None)
 
     return wait_for(message, timeout, f"railyard's reason on gang member {ns}/{name}")
 

@@ -117,25 +117,16 @@ def test_without_a_gates_port_nothing_is_released():
     assert ext.release_gangs(wait=0) == 0
 
 
-def test_a_gang_is_planned_only_once_all_its_members_exist():
+def test_a_gang_is_planned_at_its_first_member_and_a_late_member_is_released_at_once():
     ext, binder = extender()
     pods = gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **GATED)
     ext.pod_upserted(pods[0])
-    assert ext.release_gangs(wait=0) == 0
-    assert binder.events[-1] == ("GangWaiting", "gang ml/g: 1 member created, min-member 2; railyard plans it "
-                                                "and lifts its scheduling gate once all 2 exist")
-    assert ext.debug_gangs()[0].phase == "pending"  # nothing reserved meanwhile
-    ext.pod_upserted(pods[1])
-    assert ext.release_gangs(wait=0) == 2
-
-
-def test_a_gated_pod_that_names_no_gang_is_released_at_once():
-    # spec.schedulingGroup passes the admission policy, then the API server drops it when its
-    # feature gate is off (GenericWorkload, off in 1.37): the stored pod names no gang.
-    ext, binder = extender()
-    ext.pod_upserted(pod("dropped", 4, **GATED))
     assert ext.release_gangs(wait=0) == 1
-    assert binder.released == [("ml/dropped", "")]
+    assert binder.released == [("ml/g-0", "h6")]
+    assert ext.debug_gangs()[0].phase == "planned"  # both slots held, on h6
+    ext.pod_upserted(pods[1])
+    assert ext.release_gangs(wait=0) == 1
+    assert binder.released[1] == ("ml/g-1", "h6")  # the slot kept for it
 
 
 def test_a_gang_held_by_another_components_gate_is_planned_only_once_it_is_lifted():
