@@ -122,10 +122,10 @@ class GangRelease:
     def run(self, wait: float) -> int:
         """Wait up to ``wait`` seconds for something to do, then plan the gangs that are due and
         release the planned ones; returns how many members were released."""
-        if not self.active:
-            return 0
         self._wake.wait(wait)
         self._wake.clear()
+        if not self.active:
+            return 0
         ctx = self.ctx
         jobs: list[Job] = []
         with ctx.cond:
@@ -152,11 +152,10 @@ class GangRelease:
         for key, exc in errors.items():
             log.warning("%s", exc)
         if errors:
-            with ctx.cond:  # tried again at the next pass
+            with ctx.cond:  # tried again at the next pass, a second later
                 for ref, node in lifts:
                     if ref.key in errors:
                         self._strays[ref.key] = (ref, node)
-                self._wake.set()
         return len(lifts) - len(errors)
 
     def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job]]:
