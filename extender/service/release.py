@@ -188,6 +188,8 @@ class GangRelease:
                 self.reserve(rec, first, list(ctx.state.topology.names), now)
             except Settling:
                 self._retry = True  # its size settles with time: the next pass looks again
+                for pod in members:
+                    ctx.ports.events.event(pod, "GangWaiting", rec.reason, "Normal")
                 return [], []
             if rec.phase == Phase.PENDING:
                 jobs = self.preemption.member(rec, first, now)
