@@ -7,6 +7,7 @@ from extender import topotext
 from extender.core.ports import Ports
 from extender.adapters.kubeobjects import SCHEME
 from extender.service import TopologyExtender
+from extender.settings import GangSettings, Settings
 from tests.service.test_live import NODES, SETTINGS, Clock, Extender, MemoryBinder
 from tests.topologies import gang, pod
 
@@ -43,15 +44,16 @@ class GateBinder(MemoryBinder):
 class GatedExtender(Extender):
     """The service with the double wired as its Gates port too (as app.py wires KubeBinder)."""
 
-    def __init__(self, binder):
+    def __init__(self, binder, settings=SETTINGS):
         ports = Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME, gates=binder)
-        TopologyExtender.__init__(self, SETTINGS, ports, clock=Clock(), sleep=lambda s: None,
+        self.clock = Clock()
+        TopologyExtender.__init__(self, settings, ports, clock=self.clock, sleep=lambda s: None,
                                   kinds=("nodes", "pods", "podgroups"))
 
 
-def extender(fail_release=frozenset(), drawing=DRAWING):
+def extender(fail_release=frozenset(), drawing=DRAWING, settings=SETTINGS):
     binder = GateBinder(fail_release)
-    ext = GatedExtender(binder)
+    ext = GatedExtender(binder, settings)
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", spec.filler_pods())
@@ -142,3 +144,14 @@ def test_a_gang_held_by_another_components_gate_is_planned_only_once_it_is_lifte
     for p in gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **GATED):  # Kueue admitted it
         ext.pod_upserted(p)
     assert ext.release_gangs(wait=0) == 2
+
+
+def test_a_gang_of_undeclared_size_waits_gated_until_it_settles():
+    ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=5)))
+    for p in gang("g", 2, 4, **GATED):  # no size declared: the members seen
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 0
+    reason, message = binder.events[-1]
+    assert reason == "GangWaiting" and message.startswith("gang ml/g declares no size: 2 members seen")
+    ext.clock.now += 5
+    assert ext.release_gangs(wait=0) == 2  # settled: planned whole, released
