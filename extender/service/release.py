@@ -41,6 +41,9 @@ from extender.service.preemption import GangPreemption, Job
 log = logging.getLogger("railyard.release")
 
 Reserve = Callable[[GangRecord, PodFacts, list[str], float], None]
+SWEEP_SECONDS = 0.5
+"""The most often every gated gang is planned again after GPUs freed (each plan is made under the
+service lock, which filter and bind calls wait for); a new gated member is looked at at once."""
 
 
 class Cache(Protocol):
@@ -69,7 +72,8 @@ class GangRelease:
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
         self._retry = False
-        """GPUs freed or nodes changed since the last pass: every gated gang is tried again."""
+        """GPUs freed or nodes changed since the last sweep: every gated gang is tried again."""
+        self._swept = float("-inf")
         self._wake = threading.Event()
 
     @property
@@ -122,7 +126,7 @@ class GangRelease:
     def run(self, wait: float) -> int:
         """Wait up to ``wait`` seconds for something to do, then plan the gangs that are due and
         release the planned ones; returns how many members were released."""
-        self._wake.wait(wait)
+        self._wake.wait(min(wait, SWEEP_SECONDS) if self._retry else wait)
         self._wake.clear()
         if not self.active:
             return 0
@@ -133,10 +137,12 @@ class GangRelease:
                 return 0
             if self.sink.levels_stale:
                 self.sink.redetect()
-            gangs = set(self._gated) if self._retry else self._due & set(self._gated)
-            self._due.clear()
-            self._retry = False
             now = ctx.tick()
+            sweep = self._retry and now - self._swept >= SWEEP_SECONDS
+            gangs = set(self._gated) if sweep else self._due & set(self._gated)
+            self._due.clear()
+            if sweep:
+                self._retry, self._swept = False, now
             lifts: list[tuple[PodRef, str]] = list(self._strays.values())
             self._strays.clear()
             for gang in sorted(gangs):

@@ -155,3 +155,19 @@ def test_a_gang_of_undeclared_size_waits_gated_until_it_settles():
     assert reason == "GangWaiting" and message.startswith("gang ml/g declares no size: 2 members seen")
     ext.clock.now += 5
     assert ext.release_gangs(wait=0) == 2  # settled: planned whole, released
+
+
+def test_freed_gpus_replan_waiting_gangs_at_most_every_half_second():
+    ext, binder = extender()
+    within_nvlink = {"railyard.io/min-member": "2", "railyard.io/required-topology": "nvlink"}
+    for p in gang("g", 2, 8, annotations=within_nvlink, **GATED):
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 0  # no room
+    fillers = [p for p in topotext.load(DRAWING).filler_pods() if p["spec"]["nodeName"] in ("h1", "h5")]
+    ext.pod_deleted(fillers[0])
+    assert ext.release_gangs(wait=0) == 0  # swept: h1 is alone in its NVLink domain n1
+    ext.pod_deleted(fillers[1])
+    assert ext.release_gangs(wait=0) == 0  # freed again within 0.5 s: not swept yet
+    ext.clock.now += 0.5
+    assert sorted(binder.released) == [] and ext.release_gangs(wait=0) == 2
+    assert sorted(node for _, node in binder.released) == ["h5", "h6"]  # n3
