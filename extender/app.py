@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 
 from extender.adapters.grpc.server import GrpcServer, TlsFiles
 from extender.adapters.http.server import ExtenderServer
+from extender.adapters.http.view import ViewServer
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
 from extender.adapters.k8s.watch_cache import KINDS, WatchCache
@@ -94,6 +95,8 @@ class App:
     """The /metrics-only listener (``server.metrics_listen``), once started."""
     tls_reloader: CertificateReloader | None = None
     """Re-reads the HTTPS certificate and key into the serving SSLContext when they change."""
+    view: ViewServer | None = None
+    """The live topology view (``view.listen``); None when it is off."""
     ticker: Every | None = None
     """Applies time to the service every ``TICK_SECONDS`` (``TopologyExtender.expire``): the verbs apply
     it on every call, but a quiet cluster makes none, and what a burst of calls for pods that
@@ -113,6 +116,8 @@ class App:
             host, port = listen_address(self.settings.server.metrics_listen)
             self.metrics_server, _ = start_http_server(port, addr=host, registry=self.metrics.registry)
             listeners["metrics"] = self.metrics_server.server_port
+        if self.view is not None:
+            listeners["view"] = self.view.start()[1]
         self.metrics.sample(self.service.held, listeners)
         if self.tls_reloader is not None:
             self.tls_reloader.start()
@@ -131,6 +136,8 @@ class App:
             self.grpc.stop()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
+        if self.view is not None:
+            self.view.stop()
         if self.tls_reloader is not None:
             self.tls_reloader.stop()
         self.server.stop()
@@ -253,6 +260,7 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
         tls = TlsFiles(g.tls_cert_file, g.tls_key_file, g.client_ca_file) if g.tls_cert_file else None
         grpc_server = GrpcServer(service, translator, listen=g.listen, tls=tls, max_workers=g.max_workers,
                                  max_message_bytes=g.max_message_bytes, ready=cache.synced)
-    return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader,
+    view = ViewServer(service.topology_view, settings.view) if settings.view.listen else None
+    return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader, view=view,
                ticker=Every(TICK_SECONDS, service.expire, "tick"),
                release=Every(0.0, service.release_gangs, "release"))

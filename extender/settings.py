@@ -9,6 +9,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     preemption: {gangs: true, victim_wait_seconds: 60, blocked_seconds: 30}
     server: {listen: "127.0.0.1:8888", prefix: /scheduler, max_body_bytes: 8388608, ...}
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
+    view: {listen: "", refresh_seconds: 1}
     dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
 """
 
@@ -142,6 +143,16 @@ class GrpcSettings:
 
 
 @dataclass(frozen=True)
+class ViewSettings:
+    listen: str = ""
+    """host:port of the live topology view (docs/view.md), a read-only page on a port of its own.
+    Empty (the default): no view."""
+    refresh_seconds: float = 1.0
+    """Each snapshot of the cache serves every viewer this long: the service lock is taken for
+    the view at most once per period, however many browsers poll."""
+
+
+@dataclass(frozen=True)
 class Settings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     gangs: GangSettings = field(default_factory=GangSettings)
@@ -149,6 +160,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     dra: DraSettings = field(default_factory=DraSettings)
+    view: ViewSettings = field(default_factory=ViewSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""
     scheduler_config: str = ""
@@ -173,6 +185,10 @@ class Settings:
             problems.append("grpc.tls_cert_file and grpc.tls_key_file go together")
         if self.grpc.client_ca_file and not self.grpc.tls_cert_file:
             problems.append("grpc.client_ca_file (mTLS) needs grpc.tls_cert_file and grpc.tls_key_file")
+        if self.view.listen and not _serves(self.view.listen):
+            problems.append(f"view.listen must be HOST:PORT or empty, got {self.view.listen!r}")
+        if not 0.1 <= self.view.refresh_seconds <= 60:
+            problems.append(f"view.refresh_seconds must be between 0.1 and 60, got {self.view.refresh_seconds:g}")
         if self.grpc.max_workers <= 0:
             problems.append("grpc.max_workers must be positive")
         if self.grpc.max_message_bytes <= 0:

@@ -34,9 +34,11 @@ def test_explain_prints_phase_reason_plan_and_fit_table(capsys):
         assert out[11].split() == ["b1/r1/n1", "2", "16", "16", "2/2", "0"]
         assert out[13].split() == ["b1/r2/n3", "2", "16", "8", "1/2", "0"]
 
-        assert cli.main(["explain", "ml/g-1", "--grpc", s.target, "--json"]) == 0
+        assert cli.main(["explain", "ml/g-1", "--grpc", s.target, "-o", "json"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["fit"][0]["fits"] == 2 and answer["quorum"] == 2
+        assert cli.main(["explain", "ml/g-1", "--grpc", s.target, "--json"]) == 0  # the older spelling
+        assert json.loads(capsys.readouterr().out) == answer
 
         assert cli.main(["explain", "ml/ghost", "--grpc", s.target]) == 1
         assert "NOT_FOUND: pod ml/ghost is unknown to railyard" in capsys.readouterr().err

@@ -170,3 +170,61 @@ def test_plan_aligns_rails_from_device_attributes(tmp_path):
     r = run(*args)  # without the attribute: counts only, a1 first, no rails
     (g,) = json.loads(r.stdout)["gangs"]
     assert "a1" in g["placement"].values() and all(m["rails"] == [] for m in g["ranks"])
+
+
+def run_at_a_terminal(*args: str) -> str:
+    """``railyard plan ARGS`` with its stdout on a pseudo-terminal, as a person runs it."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "extender", "plan", *args], stdout=follower,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(60) == 0, proc.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+TABLE = """\
+GANG     FITS  WITHIN            PODS  NODES
+ml/a     yes   nvlink b1/r1/n1   2     h1 h2
+ml/b     no    -                 -     -
+ml/solo  yes   node b1/r1/n2/h4  1     h4
+
+why not:
+  gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 (16 GPUs reserved for other gangs, 14 GPUs in use)
+
+levels: spine > leaf > nvlink
+"""
+
+
+def test_plan_prints_a_table_at_a_terminal_and_json_to_a_pipe_or_when_asked(files):
+    args = ("--nodes", str(files / "nodes.json"), "--pods", str(files / "pods.yaml"), "--gang", str(files / "pending.json"))
+    table = run_at_a_terminal(*args)
+    assert table == TABLE
+    assert json.loads(run(*args).stdout)["gangs"][0]["gang"] == "ml/a"  # a pipe: today's JSON
+    assert json.loads(run_at_a_terminal(*args, "-o", "json"))["gangs"][1]["feasible"] is False
+    assert run(*args, "-o", "table").stdout == table
+    bad = run(*args, "-o", "yaml")
+    assert bad.returncode == 2 and "argument -o/--output: invalid choice: 'yaml'" in bad.stderr
+
+
+def test_the_readme_shows_the_table_plan_prints_for_the_examples():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    command = "$ railyard plan --nodes examples/nodes.yaml --pods examples/running.yaml --gang examples/pending.yaml\n"
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    r = subprocess.run([sys.executable, "-m", "extender", "plan", *command.split()[3:], "-o", "table"],
+                       capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == shown

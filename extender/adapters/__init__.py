@@ -7,6 +7,7 @@
                   server reads them.
     echo.py       quoting what a client sent in the messages sent back, cut short.
     answers.py    the service's read-only answers as JSON (/debug/gangs, ``railyard plan``).
+    topoview.py   the live topology view's document (JSON), from the service's snapshot.
     metrics.py    every Prometheus collector railyard exports (the Observer port).
     tls.py        certificate files re-read when they change, for the HTTPS and gRPC servers.
     slurm.py      railyard's topology tree as Slurm's topology.conf / topology.yaml.

@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from extender.localcluster import cluster
+    from extender.localcluster import cluster, config
     from extender.localcluster.errors import ClusterError
 
     try:
@@ -59,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"railyard demo: {exc}", file=sys.stderr)
         return 1
+    view = config.view_url(info.ports)
+    print(f"railyard demo: the live topology view is at {view}", file=sys.stderr)
     try:
         return _run_workload(info.kubeconfig, args.timeout)
     finally:
+        print(f"\ntopology view: {view} while the cluster runs{'' if args.keep else ' (--keep leaves it up)'}; "
+              "what it shows: docs/view.md, a picture of it: docs/img/view.png")
         if args.keep:
             print(f"\ncluster kept: export KUBECONFIG={info.kubeconfig}; "
                   f"`railyard cluster down --workdir {args.workdir}` stops it")

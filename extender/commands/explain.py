@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from extender.commands import output
+
 DEFAULT_TARGET = "127.0.0.1:8889"
 
 
@@ -27,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pod", metavar="NAMESPACE/POD")
     p.add_argument("--grpc", default=DEFAULT_TARGET, metavar="HOST:PORT",
                    help=f"the extender's gRPC address (default {DEFAULT_TARGET})")
-    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    output.add_flag(p, "table")
+    p.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
     p.add_argument("--tls-ca", metavar="FILE", help="CA to verify the server with (turns TLS on)")
     p.add_argument("--tls-cert", metavar="FILE", help="client certificate for mTLS")
     p.add_argument("--tls-key", metavar="FILE", help="client key for mTLS")
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"railyard explain: {exc.code().name}: {exc.details()}", file=sys.stderr)
             return 1 if exc.code() == grpc.StatusCode.NOT_FOUND else 2
     answer = MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    if args.json:
+    if output.wants_json(args, sys.stdout):
         print(json.dumps(answer, indent=2))
     else:
         print(render(answer))
@@ -101,7 +104,7 @@ def render(a: dict[str, Any]) -> str:
                   str(f["available_gpus"]), f"{f['fits']}/{a['pods']}", str(f["blocked_nodes"]),
                   *((f"{f.get('slices', 0)}/{slices.get('count', 0)}",) if slices else ()))
                  for f in a["fit"]]
-        lines += _table(rows)
+        lines += output.table(rows)
     return "\n".join(lines)
 
 
@@ -116,9 +119,4 @@ def _ranks(a: dict[str, Any]) -> list[str]:
         where = {d["name"] or d["level"]: d["domain"] for d in r.get("domains", [])}
         rows.append((str(r.get("rank", "-")), str(r.get("slice", "-")), r["pod"], r["node"],
                      *(where.get(n, "-") for n in names), *((",".join(r.get("rails") or []) or "-",) if rails else ())))
-    return [head, *_table(rows)]
-
-
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return [head, *output.table(rows)]

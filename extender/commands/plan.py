@@ -12,7 +12,8 @@ import yaml
 
 from extender.adapters import kubeobjects as ko
 from extender.adapters.answers import plan_json
-from extender.core.model import LevelChoice, NodeFacts
+from extender.commands import output
+from extender.core.model import HOST_LEVEL, LevelChoice, NodeFacts
 from extender.service.whatif import WhatIf
 from extender.settings import DEFAULT_GPU_RESOURCE as GPU_RESOURCE
 
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="DRA device attribute naming each GPU's rail (dra.rail_attribute); gangs of "
                         "partial-node members are then planned rail-aligned (docs/dra.md)")
     p.add_argument("--verbose", action="store_true", help="also print topology problems on stderr")
+    output.add_flag(p, "tty")
     p.set_defaults(func=run)
 
 
@@ -68,12 +70,45 @@ def run(args: argparse.Namespace) -> int:
             "problems": whatif.problems,
         },
     }
-    json.dump(out, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    if output.wants_json(args, sys.stdout):
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        names = {HOST_LEVEL: "node", **{lvl.key: lvl.name or lvl.key for lvl in whatif.state.levels}}
+        print(render(out, names))
     if args.verbose:
         for problem in whatif.problems:
             print(f"railyard plan: {problem}", file=sys.stderr)
     return 0
+
+
+MAX_NODES_SHOWN = 8
+"""Nodes named per gang in the table; the rest are counted (``-o json`` has every member's)."""
+
+
+def render(out: dict[str, Any], level_names: dict[str, str]) -> str:
+    """The plan as a person reads it: one row per gang, then why each gang that does not fit
+    does not, then the topology's levels."""
+    rows = [("GANG", "FITS", "WITHIN", "PODS", "NODES")]
+    for g in out["gangs"]:
+        nodes = list(dict.fromkeys(g["placement"].values()))
+        shown = " ".join(nodes[:MAX_NODES_SHOWN]) + (f" (+{len(nodes) - MAX_NODES_SHOWN} more)"
+                                                     if len(nodes) > MAX_NODES_SHOWN else "")
+        within = "-"
+        if g["feasible"]:
+            path = "/".join(d or "-" for d in g["domain"] or ()) or "the cluster"
+            within = f"{level_names.get(g['level'], g['level'])} {path}" if g["level"] else path
+        rows.append((g["gang"], "yes" if g["feasible"] else "no", within,
+                     str(len(g["placement"])) if g["feasible"] else "-", shown or "-"))
+    lines = output.table(rows, indent="")
+    unplaced = [g for g in out["gangs"] if not g["feasible"]]
+    if unplaced:
+        lines += ["", "why not:", *(f"  {g['reason']}" for g in unplaced)]
+    topo = out["topology"]
+    lines += ["", "levels: " + (" > ".join(level_names.get(k, k) for k in topo["levels"]) or "none (one domain)")
+              + (f"; {len(topo['problems'])} topology problem(s): --verbose or -o json lists them"
+                 if topo["problems"] else "")]
+    return "\n".join(lines)
 
 
 def read_nodes(path: str, levels: str | None,

@@ -22,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix", help="urlPrefix path of the verbs (default /scheduler)")
     p.add_argument("--grpc-listen", metavar="HOST:PORT",
                    help="address of the gRPC API (default 127.0.0.1:8889; '' turns it off)")
+    p.add_argument("--view-listen", metavar="HOST:PORT",
+                   help="address of the live topology view, a read-only page (default: off; docs/view.md)")
     p.add_argument("--scheduler-config", metavar="FILE",
                    help="kube-scheduler's KubeSchedulerConfiguration: refuse to start if its httpTimeout "
                    "would cut gangs held at bind")
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["server"] = server
     if args.grpc_listen is not None:
         overrides["grpc"] = {"listen": args.grpc_listen}
+    if args.view_listen is not None:
+        overrides["view"] = {"listen": args.view_listen}
     try:
         settings = app.load_settings(args.config, overrides)
         application = app.build(settings)
@@ -54,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     app.log.info("serving %s/{filter,prioritize,bind,preempt} on %s:%d", settings.server.prefix, host, port)
     if application.grpc is not None:
         app.log.info("serving gRPC extender.api.v1.Extender, health and reflection on %s", settings.grpc.listen)
+    if application.view is not None and application.view.address is not None:
+        app.log.info("serving the topology view on http://%s:%d/", *application.view.address)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

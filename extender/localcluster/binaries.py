@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TextIO
 
 from extender.localcluster.errors import ClusterError
+from extender.localcluster.progress import Progress
 
 #: Where the helper Go modules live: ``tools/`` at the root of a source checkout.
 TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools"
@@ -418,14 +419,16 @@ def _build(
             cwd=module_dir, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )
-        compiled = 0
+        progress = Progress(log, f"{component.name}: packages compiled", total)
         stop = threading.Event()
 
         def heartbeat() -> None:
-            # Linking kube-apiserver prints nothing for a minute: keep saying we are alive.
+            # Linking kube-apiserver prints nothing for a minute: keep saying we are alive (in
+            # a log; a terminal has the live count).
             while not stop.wait(30):
-                print(f"railyard:   {component.name}: {compiled}/{total} packages compiled, "
-                      f"{_elapsed(started)}", file=log, flush=True)
+                if not progress.live:
+                    print(f"railyard:   {component.name}: {progress.done}/{total} packages compiled, "
+                          f"{_elapsed(started)}", file=log, flush=True)
 
         ticker = threading.Thread(target=heartbeat, daemon=True)
         ticker.start()
@@ -436,9 +439,10 @@ def _build(
                 out.write(line)
                 tail = (tail + [line])[-40:]
                 if not line.startswith(("#", " ", "\t")) and " " not in line.strip():
-                    compiled += 1  # `go build -v` prints each package it compiles
+                    progress.step()  # `go build -v` prints each package it compiles
             code = proc.wait()
         finally:
+            progress.close()
             stop.set()
             if proc.poll() is None:
                 proc.kill()

@@ -212,6 +212,7 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"api server      {state.get('apiServer')}  (Kubernetes {state.get('kubernetes') or '?'}, "
               f"{state.get('nodes')} nodes, {state.get('phase')})")
         print(f"extender        {state.get('extender') or 'off'}")
+        print(f"topology view   {state.get('view') or 'off'}")
         manager = state.get("controllerManager")
         print(f"controllers     {', '.join(manager['controllers']) if manager else 'off (--no-controllers)'}")
         kueue = state.get("kueue")

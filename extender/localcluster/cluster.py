@@ -41,6 +41,7 @@ from extender.localcluster import binaries as binaries_mod, kustomize, managers,
 from extender.localcluster import admission, config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.apiclient import CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy
 from extender.localcluster.errors import ClusterError
+from extender.localcluster.progress import Progress
 
 #: Stop order for ``down`` (reverse of start). Names are also the log and pid file names.
 COMPONENTS = ("trainer", "lws", "jobset", "kueue", "kube-controller-manager", "kube-scheduler", "extender", "kwok",
@@ -185,7 +186,7 @@ def _start_all(
     started: float,
 ) -> ClusterInfo:
     ports, replicas = _pick_ports(options.apiserver_port, kueue=kueue_sources is not None, replicas=options.replicas,
-                                  controllers=options.controllers)
+                                  controllers=options.controllers, view=options.extender)
     pki = pki_mod.generate(workdir / "pki", service_ip=config.SERVICE_IP)
     api_url = f"https://{config.HOST}:{ports.apiserver}"
     kubeconfig_file = workdir / "kubeconfig"
@@ -214,7 +215,7 @@ def _start_all(
     if options.gpus_as_dra:
         create_dra(api, node_set)
     else:
-        create_nodes(api, node_set)
+        create_nodes(api, node_set, log)
 
     stages_file = workdir / "kwok-stages.yaml"
     stages_file.write_text(config.kwok_stages_text())
@@ -242,7 +243,8 @@ def _start_all(
             settings_file.write_text(config.dump_yaml(config.extender_settings(chosen)))
         for replica in replicas:
             p = replica.ports
-            _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}")
+            _say(log, f"starting the railyard extender {replica.extender_name} on 127.0.0.1:{p.extender} as {user}; "
+                      f"topology view {config.view_url(p)}")
             extender = processes.start(
                 workdir, replica.extender_name,
                 config.extender_args(extender_kubeconfig, workdir / replica.config_name, p,
@@ -396,7 +398,7 @@ def _read_scheduler_config(path: Path | None) -> dict[str, Any] | None:
 
 
 def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
-                controllers: bool = True) -> tuple[config.Ports, list[config.Replica]]:
+                controllers: bool = True, view: bool = True) -> tuple[config.Ports, list[config.Replica]]:
     picked: set[int] = set()
 
     def fresh() -> int:
@@ -408,11 +410,12 @@ def _pick_ports(apiserver_port: int, kueue: bool = False, replicas: int = 1,
 
     ports = config.Ports(
         etcd_client=fresh(), etcd_peer=fresh(), apiserver=apiserver_port or fresh(),
-        scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(),
+        scheduler=fresh(), kwok=fresh(), extender=fresh(), extender_grpc=fresh(), extender_view=fresh() if view else 0,
         **({"kueue_webhook": fresh(), "kueue_health": fresh(), "kueue_metrics": fresh()} if kueue else {}),
         **({"controller_manager": fresh()} if controllers else {}),
     )
-    more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh()))
+    more = [config.Replica(i, dataclasses.replace(ports, scheduler=fresh(), extender=fresh(), extender_grpc=fresh(),
+                                                  extender_view=fresh() if view else 0))
             for i in range(2, replicas + 1)]
     return ports, [config.Replica(1, ports), *more]
 
@@ -424,7 +427,8 @@ def _write_state(workdir: Path, ports: config.Ports, kubeconfig_file: Path, api_
                  workload_controllers: dict[str, dict[str, Any]] | None = None) -> None:
     state = {
         "phase": phase, "kubeconfig": str(kubeconfig_file), "apiServer": api_url,
-        "kubernetes": kubernetes, "extender": ext_url, "nodes": nodes, "ports": ports.as_dict(),
+        "kubernetes": kubernetes, "extender": ext_url, "view": config.view_url(ports) if ext_url else None,
+        "nodes": nodes, "ports": ports.as_dict(),
         "replicas": [r.as_dict(extender=ext_url is not None) for r in replicas],
         "controllerManager": controllers,
     }
@@ -444,16 +448,20 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:
-    """Create every node (concurrently), then one filler pod per node with GPUs in use."""
-    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool:
-        list(pool.map(lambda n: api.create("/api/v1/nodes", n), node_set.nodes))
-        if node_set.used_gpus:
+def create_nodes(api: ApiClient, node_set: nodes_mod.NodeSet, log: TextIO) -> None:
+    """Create every node (concurrently), then one filler pod per node with GPUs in use; the
+    count on ``log`` at a terminal."""
+    fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
+    with ThreadPoolExecutor(CREATE_PARALLELISM) as pool, \
+            Progress(log, "nodes and filler pods created", len(node_set.nodes) + len(fillers)) as progress:
+        for _ in pool.map(lambda n: api.create("/api/v1/nodes", n), node_set.nodes):
+            progress.step()
+        if fillers:
             api.create("/api/v1/namespaces", {
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": nodes_mod.FILL_NAMESPACE}})
             path = f"/api/v1/namespaces/{nodes_mod.FILL_NAMESPACE}/pods"
-            fillers = [nodes_mod.filler_pod(n, g) for n, g in sorted(node_set.used_gpus.items())]
-            list(pool.map(lambda p: api.create(path, p), fillers))
+            for _ in pool.map(lambda p: api.create(path, p), fillers):
+                progress.step()
 
 
 def create_dra(api: ApiClient, node_set: nodes_mod.NodeSet) -> None:

@@ -58,6 +58,8 @@ class Ports:
     extender: int
     extender_grpc: int
     """The extender's gRPC API (``railyard explain``); its default 8889 would clash."""
+    extender_view: int = 0
+    """The extender's live topology view (docs/view.md); 0 = off (``--no-extender``)."""
     kueue_webhook: int = 0
     """Kueue's admission and conversion webhooks (HTTPS); 0 = no Kueue (``--with-kueue``)."""
     kueue_health: int = 0
@@ -70,7 +72,7 @@ class Ports:
 
     def as_dict(self) -> dict[str, int]:
         """Every port in use (Kueue's and the controller manager's only when they run)."""
-        optional = ("kueue_", "controller_manager")
+        optional = ("kueue_", "controller_manager", "extender_view")
         return {k: v for k, v in self.__dict__.items() if v or not k.startswith(optional)}
 
 
@@ -139,7 +141,7 @@ class Replica:
         return {"index": self.index, "scheduler": self.scheduler_name, "extender": self.extender_name,
                 "schedulerUrl": f"https://{HOST}:{self.ports.scheduler}",
                 "extenderUrl": extender_url(self.ports) if extender else None,
-                "grpc": f"{HOST}:{self.ports.extender_grpc}"}
+                "grpc": f"{HOST}:{self.ports.extender_grpc}", "view": view_url(self.ports) if extender else None}
 
 
 def leader_election(config: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +163,11 @@ def extender_base(ports: Ports) -> str:
 def extender_url(ports: Ports) -> str:
     """The extender's ``urlPrefix`` (its verbs are served under ``/scheduler``)."""
     return extender_base(ports) + "/scheduler"
+
+
+def view_url(ports: Ports) -> str | None:
+    """The extender's live topology view, if it serves one."""
+    return f"http://{HOST}:{ports.extender_view}/" if ports.extender_view else None
 
 
 def render_scheduler_config(
@@ -425,6 +432,7 @@ def extender_args(kubeconfig_file: Path, scheduler_config_file: Path, ports: Por
     return [python, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig_file),
             "--listen", f"{HOST}:{ports.extender}", "--grpc-listen", f"{HOST}:{ports.extender_grpc}",
             "--scheduler-config", str(scheduler_config_file),
+            *(["--view-listen", f"{HOST}:{ports.extender_view}"] if ports.extender_view else []),
             *(["--config", str(settings_file)] if settings_file is not None else [])]
 
 

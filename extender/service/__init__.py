@@ -17,6 +17,7 @@ transport, no decision of its own: the core decides, the adapters translate).
                    to its planned node, then the scheduling gate lifted.
     whatif.py      what-if planning (``railyard plan``, PlanGang) and the read-only answers
                    (ExplainPod, /debug/gangs, WatchGangs).
+    topoview.py    the live topology view's snapshot: the cache copied under the lock.
     verbs.py       kube-scheduler's verbs: filter, prioritize, preempt, bind.
     extender.py    ``TopologyExtender``: the service as the adapters see it, each call
                    handed to its part.

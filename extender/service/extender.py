@@ -14,7 +14,7 @@ from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 from extender.core.ports import Ports
 from extender.core.verdicts import FilterVerdict
-from extender.service import whatif
+from extender.service import topoview, whatif
 from extender.service.answers import Explanation, GangAnswer, GangChange, GangView
 from extender.service.context import Context
 from extender.service.gate import PermitGate
@@ -107,6 +107,12 @@ class TopologyExtender:
     def debug_gangs(self) -> list[GangView]:
         with self.ctx.cond:  # time applied first: no deadline shown passed, no forgotten pod shown
             return whatif.debug_gangs(self.ctx, self.ctx.tick())
+
+    def topology_view(self) -> topoview.TopologySnapshot:
+        """The live topology view's snapshot: copies under the lock, no time applied (the
+        verbs and the ticker do that), so the lock is held only for the copies."""
+        with self.ctx.cond:
+            return topoview.snapshot(self.ctx, self.ctx.clock())
 
     def explain(self, pod_key: str) -> Explanation | None:
         with self.ctx.cond:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -110,6 +111,8 @@ def test_extender_command_is_railyard_serve():
     argv = config.extender_args(Path("/w/kubeconfig"), Path("/w/sched.yaml"), PORTS, python="/py")
     assert argv == ["/py", "-m", "extender", "serve", "--kubeconfig", "/w/kubeconfig", "--listen", "127.0.0.1:8888",
                     "--grpc-listen", "127.0.0.1:8889", "--scheduler-config", "/w/sched.yaml"]
+    with_view = config.extender_args(Path("/w/k"), Path("/w/s.yaml"), dataclasses.replace(PORTS, extender_view=8890))
+    assert with_view[-2:] == ["--view-listen", "127.0.0.1:8890"]
 
 
 def test_a_given_scheduler_config_is_bound_to_this_cluster():
@@ -149,9 +152,8 @@ def test_feature_flags_go_to_both_components_runtime_config_to_the_api_server_on
 # -- --replicas and --extender-set ------------------------------------------------------------------
 
 def test_a_second_replica_has_its_own_names_and_ports_and_points_at_its_own_railyard():
-    import dataclasses
-
-    second = config.Replica(2, dataclasses.replace(PORTS, scheduler=20259, extender=9888, extender_grpc=9889))
+    second = config.Replica(2, dataclasses.replace(PORTS, scheduler=20259, extender=9888, extender_grpc=9889,
+                                                   extender_view=9890))
     first = config.Replica(1, PORTS)
     assert (first.scheduler_name, first.extender_name, first.config_name) == (
         "kube-scheduler", "extender", "scheduler-config.yaml")  # the default cluster's names, unchanged
@@ -159,7 +161,8 @@ def test_a_second_replica_has_its_own_names_and_ports_and_points_at_its_own_rail
         "kube-scheduler-2", "extender-2", "scheduler-config-2.yaml")
     assert second.as_dict() == {"index": 2, "scheduler": "kube-scheduler-2", "extender": "extender-2",
                                 "schedulerUrl": "https://127.0.0.1:20259",
-                                "extenderUrl": "http://127.0.0.1:9888/scheduler", "grpc": "127.0.0.1:9889"}
+                                "extenderUrl": "http://127.0.0.1:9888/scheduler", "grpc": "127.0.0.1:9889",
+                                "view": "http://127.0.0.1:9890/"}
     cfg = config.scheduler_config(Path("/w/k"), config.extender_url(second.ports))
     assert [e["urlPrefix"] for e in cfg["extenders"]] == ["http://127.0.0.1:9888/scheduler"]
 

@@ -279,6 +279,10 @@ class ClusterState:
             return 0
         return n.gpus - self._used.get(node, 0) - self._reserved.get(node, 0)
 
+    def used(self) -> Mapping[str, int]:
+        """GPUs pods hold, per node name (only nodes with some); live: copy it to keep it."""
+        return self._used
+
     def taken(self, node: str) -> Mapping[str, int]:
         """How much of every non-GPU resource pods and reservations take on the node."""
         return self._taken.get(node, {})

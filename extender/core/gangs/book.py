@@ -133,6 +133,9 @@ class GangRecord:
     unplaced_since: float | None = None
     """When planning it last started to fail for lack of room (None: it has a plan, or never
     lacked room); past the starvation bound it drains a domain (``GangBook.starvation_seconds``)."""
+    closest: Domain | None = None
+    """While it has no placement: the domain of its bound level that held most of it (the
+    reason's "best ... fits"); None once planned."""
 
 
 class GangBook:
@@ -209,7 +212,7 @@ class GangBook:
         rec.sized = spec.sized
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
-            rec.placement = None
+            rec.placement, rec.closest = None, result.best
             if not result.invalid:
                 rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
                 rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
@@ -218,7 +221,7 @@ class GangBook:
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")
             return
-        rec.unplaced_since = None
+        rec.unplaced_since = rec.closest = None
         rec.deadline = now + spec.timeout_seconds
         rec.timeout_seconds = spec.timeout_seconds
         rec.spec = spec
