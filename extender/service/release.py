@@ -65,10 +65,10 @@ class GangRelease:
         self._gated: dict[str, dict[str, PodRef]] = {}
         """gang -> its members the watch shows gated, by key (under ``ctx.cond``)."""
         self._strays: dict[str, tuple[PodRef, str]] = {}
-        """Gated pods to release at the next pass, with the node to name (none for pods railyard
-        holds no gang for: a field the API server dropped after admission, such as ``spec.schedulingGroup`` with
-        its feature gate off; labels changed since; a pod railyard cannot size), and releases
-        whose write failed, with their node."""
+        """Gated pods to release at the next pass, with the node to name: releases whose write
+        failed, and pods railyard holds no gang for, no node named (a field the API server
+        dropped after admission, such as ``spec.schedulingGroup`` with its feature gate off;
+        labels changed since; a pod railyard cannot size)."""
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
         self._retry = False
@@ -181,7 +181,8 @@ class GangRelease:
         if held:
             # Another component decides first (Kueue admits by quota, then lifts its gate): a
             # plan now would hold GPUs for a gang that may wait on it for long.
-            reason = verdicts.held_by_others(gang, len(held), len(members), sorted({g for p in held for g in p.held_by}))
+            gates = sorted({g for p in held for g in p.held_by})
+            reason = verdicts.held_by_others(gang, len(held), len(members), gates)
             for pod in members:
                 ctx.ports.events.event(pod, "GangWaiting", reason, "Normal")
             return [], []

@@ -138,8 +138,8 @@ def test_a_gang_held_by_another_components_gate_is_planned_only_once_it_is_lifte
     for p in pods:
         ext.pod_upserted(p)
     assert ext.release_gangs(wait=0) == 0
-    assert binder.events[-1] == ("GangWaiting", "gang ml/g: 2 of 2 gated members still carry other scheduling "
-                                                "gates (kueue.x-k8s.io/admission); railyard plans it once those are lifted")
+    assert binder.events[-1] == ("GangWaiting", "gang ml/g: 2 of 2 gated members still carry other scheduling gates "
+                                                "(kueue.x-k8s.io/admission); railyard plans it once those are lifted")
     assert ext.debug_gangs() == [] or ext.debug_gangs()[0].phase == "pending"
     for p in gang("g", 2, 4, annotations={"railyard.io/min-member": "2"}, **GATED):  # Kueue admitted it
         ext.pod_upserted(p)
