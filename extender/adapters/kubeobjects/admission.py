@@ -173,7 +173,13 @@ def rendered(path: Path, gpu_resource: str = "nvidia.com/gpu") -> str:
     if path == CHART:
         text = yaml.dump_all(_blocks(policy_objects([CHART_NAMES], gpu_resource)), Dumper=_Dumper,
                              sort_keys=False, width=120)
-        return CHART_TEMPLATE + "---\n" + text.replace(json.dumps([CHART_NAMES]), "{{ $names | toJson }}")
+        text = text.replace(json.dumps([CHART_NAMES]), "{{ $names | toJson }}")
+        text = text.replace(f"  name: {POLICY_NAME}\n  labels:\n    app.kubernetes.io/name: railyard\n",
+                            "  name: {{ include \"railyard.fullname\" . }}-gang-members\n  labels:\n"
+                            "    {{- include \"railyard.labels\" . | nindent 4 }}\n"
+                            "    app.kubernetes.io/name: {{ include \"railyard.name\" . }}\n")
+        text = text.replace(f"policyName: {POLICY_NAME}", "policyName: {{ include \"railyard.fullname\" . }}-gang-members")
+        return CHART_TEMPLATE + "---\n" + text
     objects = policy_objects(profile_names(SHIPPED[path]), gpu_resource)
     return HEADER + yaml.dump_all(_blocks(objects), Dumper=_Dumper, sort_keys=False, width=120)
 
