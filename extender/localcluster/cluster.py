@@ -227,8 +227,6 @@ def _start_all(
     for replica in replicas:
         rendered = config.render_scheduler_config(
             custom_config, kubeconfig_file, config.extender_base(replica.ports) if options.extender else None)
-        if options.gpus_as_dra and custom_config is None:
-            rendered = dra.without_managed_resources(rendered)
         (workdir / replica.config_name).write_text(config.dump_yaml(config.leader_election(rendered) if ha else rendered))
 
     if ext_url is not None:
