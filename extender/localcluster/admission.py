@@ -5,13 +5,26 @@ kube-scheduler with no marker and no gate."""
 
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import replace
 from typing import Any
 
-from extender.adapters.kubeobjects import GATE
+from extender.adapters.kubeobjects import GATE, MARKER
 from extender.adapters.kubeobjects.admission import policy_objects
 from extender.localcluster.apiclient import ApiClient
 from extender.localcluster.errors import ClusterError
+from extender.localcluster.nodes import NodeSet
+
+MARKER_PER_NODE = "1000"
+"""With the extender on, every node advertises the gang members' marker (``resources.MARKER``),
+as docs/reference.md asks of clusters where something else fits pods to nodes by every
+requested resource: kube-scheduler's DRA filter for a pod asking an extended resource a
+DeviceClass maps (``filterExtendedResources``, pkg/scheduler/framework/plugins/dynamicresources/
+extendeddynamicresources.go, v1.37.2) and Kueue's topology-aware scheduling (node allocatable
+against ``NewRequestsFromPodSpec``, pkg/scheduler/flavorassigner/tas_flavorassigner.go,
+v0.17.0). kube-scheduler's own fit check skips the marker (``ignoredByScheduler``); the count
+only has to exceed a node's pods (the kubelet's admission counts it)."""
 
 API = "/apis/admissionregistration.k8s.io/v1"
 PATHS = {"MutatingAdmissionPolicy": f"{API}/mutatingadmissionpolicies",
@@ -25,6 +38,16 @@ def probe(scheduler_name: str, gpu_resource: str) -> dict[str, Any]:
                          "labels": {"scheduling.x-k8s.io/pod-group": "probe"}},
             "spec": {"schedulerName": scheduler_name, "containers": [{
                 "name": "c", "image": "probe", "resources": {"limits": {gpu_resource: "1"}}}]}}
+
+
+def advertised(node_set: NodeSet) -> NodeSet:
+    """The nodes with the marker in capacity and allocatable (``MARKER_PER_NODE``)."""
+    nodes = copy.deepcopy(node_set.nodes)
+    for node in nodes:
+        status = node.setdefault("status", {})
+        for key in ("capacity", "allocatable"):
+            status.setdefault(key, {})[MARKER] = MARKER_PER_NODE
+    return replace(node_set, nodes=nodes)
 
 
 def install(api: ApiClient, scheduler_config: dict[str, Any], gpu_resource: str, timeout: float) -> None:

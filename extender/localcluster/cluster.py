@@ -212,6 +212,8 @@ def _start_all(
     wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
 
     _say(log, f"creating {len(node_set.nodes)} nodes" + (", their GPUs as DRA devices" if options.gpus_as_dra else ""))
+    if ext_url is not None:
+        node_set = admission.advertised(node_set)
     if options.gpus_as_dra:
         create_dra(api, node_set)
     else:

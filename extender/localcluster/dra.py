@@ -24,16 +24,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from extender.adapters.kubeobjects import MARKER
 from extender.localcluster.nodes import FILL_NAMESPACE, NodeSet
 
-MARKER_PER_NODE = "1000"
-"""Every node advertises the gang members' marker (``resources.MARKER``) on such a cluster: a pod
-that asks an extended resource a DeviceClass maps (``nvidia.com/gpu`` here) fits a node only if
-each of its other extended resources is in the node's allocatable (``filterExtendedResources``,
-pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go, v1.37.2);
-kube-scheduler's own fit check skips the marker (``ignoredByScheduler``), so the count is only
-there to be present (the kubelet's admission would count it: more than a node's pods)."""
 DRIVER = "gpu.nvidia.com"
 EXTENDER_SETTINGS = {"dra.rail_attribute": "rail"}
 """railyard's settings on such a cluster (unless ``--extender-set`` says otherwise): it reads the
@@ -66,8 +58,6 @@ def as_dra(node_set: NodeSet) -> DraObjects:
         status = node["status"]
         gpus = _count(status["capacity"].pop(GPU, None))
         allocatable = _count(status["allocatable"].pop(GPU, None))
-        for key in ("capacity", "allocatable"):
-            status[key][MARKER] = MARKER_PER_NODE
         nodes.append(node)
         gpus = min(gpus, allocatable) if allocatable else gpus
         name = node["metadata"]["name"]
