@@ -1,8 +1,9 @@
-"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,A100,B,C,D]`` (issue 5).
+"""``python -m bench run --scenario NAME --out DIR [--quick] [--arms A,A100,B,C,D] [--runs N]`` (issue 5).
 
 Runs the scenario's arms one after another, each on a fresh local kwok cluster of the same
-shape, and writes DIR/results.json, DIR/report.md and PNG plots; per arm DIR/arm-X/ keeps the
-observed pods (pods.json), the scraped metrics and the cluster logs. See bench/README.md.
+shape, N times interleaved (issue 21), and writes DIR/results.json, DIR/report.md and PNG plots;
+per arm DIR/arm-X/ (DIR/run-K/arm-X/ with several runs) keeps the observed pods (pods.json),
+the scraped metrics and the cluster logs. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -21,18 +22,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="output directory (created)")
     run.add_argument("--quick", action="store_true", help="the scenario's small 'quick' section (minutes)")
     run.add_argument("--arms", help="comma-separated arms to run instead of the scenario's, e.g. A,A100,B")
+    run.add_argument("--runs", type=int, help="runs of every arm, interleaved (A, B, A, B, ...), each on a fresh "
+                                              "cluster; results per run and their median (default 3, 1 with --quick)")
     again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")
     again.add_argument("--out", required=True, help="the directory a run wrote")
     gangs = sub.add_parser("gangs", help="each gang's timeline in a finished run (the evidence behind deadlocked_gangs)")
     gangs.add_argument("--out", required=True, help="the directory a run wrote")
     gangs.add_argument("--arm", default="B", help="which arm (default B)")
+    gangs.add_argument("--run", type=int, help="which run of a --runs N directory (default: a single run's)")
     args = parser.parse_args(argv)
     if args.command == "gangs":
         from pathlib import Path
 
         from bench.harness import timeline
 
-        print(timeline.render(Path(args.out), args.arm), end="")
+        print(timeline.render(Path(args.out), args.arm, args.run), end="")
         return 0
     if args.command == "report":
         from pathlib import Path

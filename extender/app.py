@@ -31,7 +31,7 @@ from extender.adapters.http.server import ExtenderServer
 from extender.adapters.http.view import ViewServer
 from extender.adapters.k8s.api import Api
 from extender.adapters.k8s.binder import KubeBinder
-from extender.adapters.k8s.watch_cache import KINDS, WatchCache
+from extender.adapters.k8s.watch_cache import WatchCache, resources_for
 from extender.adapters.kubeobjects import SCHEME, Translator
 from extender.adapters.metrics import Metrics
 from extender.adapters.periodic import Every
@@ -238,9 +238,11 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
     ports = Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME, observer=metrics,
                   gates=binder)
-    service = TopologyExtender(settings, ports, kinds=KINDS)
-    translator = Translator(settings.placement.gpu_resource, settings.placement.volcano_tiers)
-    cache = WatchCache(api, service, metrics, translator)
+    resources = resources_for(settings.workloads.enabled())
+    service = TopologyExtender(settings, ports, kinds=tuple(r.kind for r in resources))
+    translator = Translator(settings.placement.gpu_resource, settings.placement.volcano_tiers,
+                            settings.workloads.enabled())
+    cache = WatchCache(api, service, metrics, translator, resources=resources)
     s = settings.server
     context = None
     reloader = None

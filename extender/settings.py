@@ -11,6 +11,7 @@ A YAML file (``railyard serve --config FILE``) mirrors the tree::
     grpc: {listen: "127.0.0.1:8889", tls_cert_file: "", tls_key_file: "", client_ca_file: "", ...}
     view: {listen: "", refresh_seconds: 1}
     dra: {device_classes: [], rail_attribute: "", topology_attributes: ["gpu.example.com/clique=nvidia.com/gpu.clique"]}
+    workloads: {jobsets: true, leaderworkersets: true, jobs: true, trainjobs: true}
 """
 
 from __future__ import annotations
@@ -58,6 +59,24 @@ class DraSettings:
     topology_attributes: tuple[str, ...] = ()
     """``ATTRIBUTE=LABEL``: a node whose GPU devices all carry the same value of ATTRIBUTE is
     treated as labelled LABEL=value (unless it has that label)."""
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """Workload kinds whose gangs railyard finds from the workload itself (docs/workloads.md);
+    a kind switched off is read as before: its pods are gangs of one unless they name a group."""
+
+    jobsets: bool = True
+    """A JobSet is one gang per restart attempt, sized from the JobSet (watched while served)."""
+    leaderworkersets: bool = True
+    """A LeaderWorkerSet group is one gang of its size; the LeaderWorkerSet is watched while served."""
+    jobs: bool = True
+    """A Job whose pod template is labelled ``railyard.io/gang: "true"`` is one gang of its parallelism."""
+    trainjobs: bool = True
+    """The PodGroup Kubeflow Trainer makes for a TrainJob gives no size (it counts initializer pods)."""
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self) if getattr(self, f.name))
 
 
 @dataclass(frozen=True)
@@ -160,6 +179,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     dra: DraSettings = field(default_factory=DraSettings)
+    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     view: ViewSettings = field(default_factory=ViewSettings)
     kubeconfig: str = ""
     """Empty: in-cluster configuration."""

@@ -10,6 +10,10 @@ A drawing, nesting by indentation, nodes after a colon::
         nvl n2: h3[8/8 cordoned] h4[8/8 notready]
       rack r2: h5[8/8 taint=dedicated=infer:NoSchedule] h6[4 label=pool=a]
 
+A ``scheme`` line at the left margin after some nodes starts another node pool labelled with
+that scheme: a cluster of several fabrics (GB200 racks with Topograph v1 tiers beside GKE
+nodes), each pool planned on its own tree.
+
 Node flags inside brackets: ``FREE/TOTAL`` or ``TOTAL``, ``cordoned``, ``notready``,
 ``taint=KEY[=VALUE]:EFFECT``, ``label=KEY=VALUE``. A node drawn directly under a rack has no
 NVLink label: that is how a drawing says "label missing".
@@ -165,7 +169,8 @@ def parse(text: str) -> TopologySpec:
         body = line.strip()
         head, sep, rest = body.partition(":") if not body.startswith(("scheme ", "gpus ")) else (body, "", "")
         words = head.split()
-        if words[0] == "scheme" and len(words) == 2 and not stack and not nodes:
+        if words[0] == "scheme" and len(words) == 2 and indent == 0:
+            stack.clear()  # at the left margin, a pool of its own label scheme (several fabrics)
             scheme = words[1]
             base = scheme.removesuffix("+clique")
             if base not in WORDS:

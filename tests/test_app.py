@@ -193,16 +193,17 @@ def apiserver_app():
 def test_the_convention_settings_reach_the_translator_and_the_service(tmp_path):
     path = tmp_path / "railyard.yaml"
     path.write_text("placement: {volcano_tiers: [nvlink, network.topology.nvidia.com/leaf]}\n"
-                    "gangs: {settle_seconds: 2.5}\n")
+                    "gangs: {settle_seconds: 2.5}\nworkloads: {leaderworkersets: false}\n")
     s = app.load_settings(str(path), {})
     with FakeApiServer() as fake:
         application = app.build(s, client=fake.client())
         assert application.cache.translator.volcano_tiers == ("nvlink", "network.topology.nvidia.com/leaf")
         assert application.service.ctx.settings.gangs.settle_seconds == 2.5
-        # The service waits for every kind the cache lists, the four PodGroup APIs and the four
-        # DRA kinds included.
+        assert application.cache.translator.workloads == {"jobsets", "jobs", "trainjobs"}
+        # The service waits for every kind the cache lists, the four PodGroup APIs, the four
+        # DRA kinds and the workload objects switched on (JobSets, Jobs) included.
         assert application.service.sink.kinds == tuple(r.kind for r in application.cache.resources)
-        assert len(application.service.sink.kinds) == 10
+        assert len(application.service.sink.kinds) == 12 and "leaderworkersets" not in application.service.sink.kinds
     path.write_text("placement: {volcano_tiers: [leaf, leaf]}\ngangs: {settle_seconds: -1}\n")
     with pytest.raises(app.ConfigError) as exc:
         app.load_settings(str(path), {})

@@ -155,6 +155,10 @@ LONG_CLASSES: dict[str, str] = {
     "extender.core.devices.ledger:DeviceLedger": "the DRA objects and the indexes between them (devices by pool and "
                                                  "node, claims by holder, pool and device) kept in step: capacity, "
                                                  "usage and demand all read the same indexes",
+    "extender.core.gangs.book:GangBook": "the executor of the lifecycle table: every transition (plan, steer, "
+                                         "permit, leads first, bound, deadline, lost member or node) writes the "
+                                         "gang's record, and only the book may (tests/core/gangs/test_records.py); "
+                                         "what writes no record lives beside it (starvation, warm, state.keep_bound and claim_slot)",
 }
 """``module:Class`` -> why a class past 300 lines is still one job. The sizes are a smell
 detector, not a shape: a long class that is one job goes here, it is not cut by line count."""

@@ -90,6 +90,22 @@ def test_explicit_levels_and_resource(files):
     assert out["gangs"][0]["reason"].startswith("gang ml/a: 2 pods, 0 GPUs on 1 node")
 
 
+def test_two_fabrics_list_each_pools_levels_and_a_gang_lands_in_one(tmp_path):
+    drawing = ("scheme topograph-v1\ntier-1 s1\n  tier-0 l1\n    nvl n1: a1 a2\n"
+               "scheme gke\nblock b1\n  rack sb1: g1 g2 g3\n")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": topotext.load(drawing).nodes}))
+    pending = tmp_path / "pending.json"
+    pending.write_text(json.dumps({"kind": "List", "items": gang("a", 3, 8)}))
+    out = json.loads(run("--nodes", str(nodes), "--gang", str(pending)).stdout)
+    assert out["topology"]["fabrics"] == {
+        "gke": ["cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock"],
+        "topograph-v1-2-tiers": ["fabric.topograph.run/tier-1", "fabric.topograph.run/tier-0",
+                                 "accelerator.topograph.run/domain"]}
+    (a,) = out["gangs"]
+    assert a["domain"] == ["gke", "b1", "sb1"] and sorted(a["placement"].values()) == ["g1", "g2", "g3"]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -228,3 +244,15 @@ def test_the_readme_shows_the_table_plan_prints_for_the_examples():
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 0, r.stderr
     assert r.stdout == shown
+
+
+def test_a_jobsets_pods_are_planned_as_the_gang_the_jobset_sizes(files):
+    from tests.adapters.kubeobjects.test_workloads import jobset, jobset_pods, rjob
+    # Two of the JobSet's 3 pods given: the gang is planned for 3 (the JobSet's size), not for 2.
+    pending = files / "jobset.json"
+    items = [jobset("t", [rjob("w", 1, 3)]), *jobset_pods("t", [("w", 1, 3)])[:2]]
+    pending.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    r = run("--nodes", str(files / "nodes.json"), "--pods", str(files / "pods.yaml"), "--gang", str(pending))
+    assert r.returncode == 0, r.stderr
+    (answer,) = json.loads(r.stdout)["gangs"]
+    assert answer["gang"] == "ml/t@0" and answer["reason"].startswith("gang ml/t@0: 3 pods, 24 GPUs"), answer

@@ -513,3 +513,11 @@ def test_one_clusters_labels_and_slinky_annotations_agree(tmp_path):
             topology, unit = pair.split(":")
             t = topologies[topology]
             assert unit in t["blocks"] if "blocks" in t else t["switches"][unit][1]
+
+
+def test_several_fabrics_are_one_file_per_pool_not_one_tree():
+    topo, _ = tree_of("scheme topograph-v1\ntier-1 s1\n  tier-0 l1\n    nvl n1: a1 a2\n"
+                      "scheme gke\nblock b1\n  rack sb1: g1 g2 g3\n")
+    with pytest.raises(slurm.SlurmTopologyError, match=r"^2 fabrics \(gke \(3 nodes\), topograph-v1-2-tiers "
+                       r"\(2 nodes\)\): Slurm's topology file describes one tree: give the Nodes of one pool"):
+        slurm.build(topo)

@@ -79,3 +79,16 @@ def test_bad_drawings_are_refused_with_the_line(text, message):
     with pytest.raises(TopologyTextError) as err:
         topotext.load(text)
     assert message in str(err.value)
+
+
+def test_a_scheme_line_at_the_margin_starts_a_pool_of_another_fabric():
+    drawing = ("scheme topograph-v1\ntier-1 s1\n  tier-0 l1\n    nvl n1: a1 a2\n"
+               "scheme gke\nblock b1\n  rack sb1: g1 g2 g3\n")
+    nodes = [TRANSLATE.node(n) for n in topotext.load(drawing).nodes]
+    assert {n.name: n.fabric for n in nodes} == {"a1": "topograph-v1-2-tiers", "a2": "topograph-v1-2-tiers",
+                                                 "g1": "gke", "g2": "gke", "g3": "gke"}
+    assert {k: v for k, v in nodes[2].labels.items() if k.startswith("cloud.google.com/")} == {
+        "cloud.google.com/gce-topology-block": "b1", "cloud.google.com/gce-topology-subblock": "sb1"}
+    assert [(lvl.name, lvl.fabric) for lvl in ko.detect_levels(nodes).levels] == [
+        ("fabric", ""), ("block", "gke"), ("subblock", "gke"),
+        ("tier-1", "topograph-v1-2-tiers"), ("tier-0", "topograph-v1-2-tiers"), ("nvlink", "topograph-v1-2-tiers")]

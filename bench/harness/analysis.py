@@ -158,6 +158,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["scheduler_attempt_ms"] = _hist_ms(result.scheduler_metrics, "scheduler_scheduling_attempt_duration_seconds")
     out["scheduler_algorithm_ms"] = _hist_ms(result.scheduler_metrics, "scheduler_scheduling_algorithm_duration_seconds")
     out["scheduler_attempts"] = _counter_by(result.scheduler_metrics, "scheduler_schedule_attempts", "result")
+    out.update(attempts_per_pod(result, jobs))
     if result.extender_metrics:
         out["extender_verb_ms"] = {
             verb: _hist_ms(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb)
@@ -176,8 +177,12 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                             else None)
     out["cpu_ms_per_pod"], out["cpu"] = cpu_usage(result.cpu_samples,
                                                    sum(r.created is not None for r in recs.values()))
+    out["process_cpu_ms_per_pod"] = _r(cpu_mod.processes(out["cpu_ms_per_pod"])) if out["cpu_ms_per_pod"] else None
+    out["ctx_switches_per_pod"] = ((out["cpu"]["scheduling"].get("switches") or {}).get("per_pod")
+                                   if out["cpu"] else None)
     loads = result.load_average_1m
     out["load_average_1m"] = {"min": min(loads), "max": max(loads)} if loads else None
+    out["started"] = result.started or None
     out["cluster_up_s"] = _r(result.cluster_up_s)
     out["observed_s"] = _r(result.end)
     out["stop_reason"] = result.stop_reason
@@ -188,6 +193,38 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                               for verb in ("filter", "prioritize")}
     series["gangs_per_leaf"] = _gangs_per_leaf(complete, by_job, paths)
     return out, series
+
+
+def attempts_per_pod(result: ArmResult, jobs: list[Job]) -> dict[str, Any]:
+    """kube-scheduler's scheduling attempts (``scheduler_schedule_attempts_total``, by result)
+    per pod created, and per gang member where the metric can tell gang members apart.
+
+    The counter is labelled by result and profile only, not by pod. It isolates the gang
+    members when no single pod shares their profile: the scenario has no single pods, or the
+    arm's gang members name a profile of their own (``arms.GANG_PROFILE``: every arm but D).
+    Otherwise ``scheduler_attempts_per_gang_member`` is None and only the all-pods figure exists.
+    """
+    text = result.scheduler_metrics
+    gangs = {j.name for j in jobs if j.kind == "gang"}
+    created = [r for r in result.pods.values() if r.created is not None]
+    pods, members = len(created), sum(r.job in gangs for r in created)
+    arm = arms_mod.ARMS.get(result.arm)
+    everyone = _counter_by(text, "scheduler_schedule_attempts", "result")
+    if members == pods:
+        gang: dict[str, int] | None = everyone
+    elif arm is not None and arm.gang_scheduler_name:
+        gang = _counter_by(text, "scheduler_schedule_attempts", "result", profile=arm.gang_scheduler_name)
+    else:
+        gang = None
+
+    def per(counts: dict[str, int], n: int) -> dict[str, float | None]:
+        return {res: _r(counts.get(res, 0) / n, 2) if n else None for res in ("scheduled", "unschedulable", "error")}
+
+    return {"scheduler_attempts_by_profile": {prof: _counter_by(text, "scheduler_schedule_attempts", "result",
+                                                                profile=prof)
+                                              for prof in _counter_by(text, "scheduler_schedule_attempts", "profile")},
+            "scheduler_attempts_per_pod": per(everyone, pods),
+            "scheduler_attempts_per_gang_member": per(gang, members) if gang is not None and members else None}
 
 
 def kueue_numbers(result: ArmResult, gangs: list[Job], by_job: dict[str, list[PodRecord]]) -> dict[str, Any]:
@@ -233,28 +270,45 @@ def cpu_usage(samples: dict[str, dict[str, Any]], created: int) -> tuple[dict[st
 
     The scheduling window runs from ``resume`` (kube-scheduler resumed once every pod existed;
     t0 when it was not paused) to ``last_bind`` (``end`` if nothing bound); its CPU is divided
-    by the pods bound in it. The creating window (``start`` -> ``resume``, only when the
-    scheduler was paused) is divided by the pods created: there the API server, etcd and
-    railyard's watch cache take in the pods while kube-scheduler is stopped.
+    by the pods bound in it. Its context switches run to ``switched`` (the last read after a
+    binding, within a second of the last one; in directories written before it existed, to
+    ``last_bind`` when that sample has them, else to ``end``), over the pods bound by then.
+    The creating window (``start`` -> ``resume``,
+    only when the scheduler was paused) is divided by the pods created: there the API server,
+    etcd and railyard's watch cache take in the pods while kube-scheduler is stopped. The arm
+    window (``start`` -> ``end``) says what the machine's other work took during the whole arm.
+    Each window's ``other_cores`` is that other work in cores (CPU-seconds per second).
     """
     if "start" not in samples or "end" not in samples:
         return None, None
     resume = samples.get("resume", samples["start"])
     stop = samples.get("last_bind", samples["end"])
 
-    def window(a: dict[str, Any], b: dict[str, Any], pods: int) -> dict[str, Any]:
+    def window(a: dict[str, Any], b: dict[str, Any], pods: int, switch_end: dict[str, Any] | None = None) -> dict[str, Any]:
         seconds = cpu_mod.spent(a["cpu"], b["cpu"])
         span = b["t"] - a["t"]
-        machine = seconds.get(cpu_mod.MACHINE)
-        return {"from_s": a["t"], "to_s": b["t"], "pods": pods,
-                # CPU-seconds per second: 2.0 = both cores of this machine busy.
-                "cores_busy": _r(machine / span, 2) if span > 0 and machine is not None else None,
-                "seconds": {k: _r(v) for k, v in seconds.items()},
-                "ms_per_pod": {k: _r(v * 1000 / pods, 3) for k, v in seconds.items()} if pods else None}
 
-    scheduling = window(resume, stop, stop["bound"] - resume["bound"])
+        def cores(key: str) -> float | None:
+            return _r(seconds[key] / span, 2) if span > 0 and key in seconds else None
+
+        out = {"from_s": a["t"], "to_s": b["t"], "pods": pods,
+               # CPU-seconds per second: 2.0 = both cores of this machine busy.
+               "cores_busy": cores(cpu_mod.MACHINE), "other_cores": cores(cpu_mod.OTHER),
+               "seconds": {k: _r(v) for k, v in seconds.items()},
+               "ms_per_pod": {k: _r(v * 1000 / pods, 3) for k, v in seconds.items()} if pods else None}
+        end = switch_end or (b if "switches" in b else samples["end"])
+        if "switches" in a and "switches" in end:
+            counts = cpu_mod.switched(a["switches"], end["switches"])
+            n = pods if end is b else end["bound"] - a["bound"]
+            out["switches"] = {"to_s": end["t"], "pods": n, "count": counts,
+                               "per_pod": {k: {kind: _r(v / n, 2) for kind, v in c.items()}
+                                           for k, c in counts.items()} if n else None}
+        return out
+
+    scheduling = window(resume, stop, stop["bound"] - resume["bound"], samples.get("switched"))
     creating = window(samples["start"], resume, created) if resume["t"] > samples["start"]["t"] else None
-    return scheduling["ms_per_pod"], {"scheduling": scheduling, "creating": creating}
+    arm = window(samples["start"], samples["end"], samples["end"]["bound"])
+    return scheduling["ms_per_pod"], {"scheduling": scheduling, "creating": creating, "arm": arm}
 
 
 def _throughput(binds: list[float]) -> dict[str, float | None]:
@@ -413,11 +467,11 @@ def _hist_count_by(text: str, name: str, label: str, **match: str) -> dict[str, 
     return {k: int(v) for k, v in sorted(acc.items())}
 
 
-def _counter_by(text: str, name: str, label: str) -> dict[str, int]:
+def _counter_by(text: str, name: str, label: str, **match: str) -> dict[str, int]:
     acc: dict[str, float] = defaultdict(float)
     for family in _families(text, name):
         for s in family.samples:
-            if s.name == name + "_total":
+            if s.name == name + "_total" and all(s.labels.get(k) == v for k, v in match.items()):
                 acc[s.labels.get(label, "")] += s.value
     return {k: int(v) for k, v in sorted(acc.items())}
 

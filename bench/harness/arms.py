@@ -12,7 +12,7 @@ annotations, inert without the extender), so the arms differ only in what the is
 - B: kube-scheduler + railyard with the reference configuration (``manifests/base/
   scheduler-config.yaml`` bound to the local cluster, ``extender/localcluster/config.py``);
   single pods name its profile ``railyard-sampled`` (kube-scheduler's adaptive sample of
-  feasible nodes, as in A), gang members the default one (every node, as in A100);
+  feasible nodes, as in A), gang members its profile ``railyard`` (every node, as in A100);
 - B100: B with the single pods on the default profile too (every feasible node scored), so
   A100 -> B100 is the extender's cost at equal scoring, as A -> B is;
 - C: kube-scheduler 1.37.2 with native gang scheduling and topology-aware workload scheduling
@@ -30,6 +30,10 @@ annotations, inert without the extender), so the arms differ only in what the is
   ``kueue.x-k8s.io/podset-required-topology`` / ``podset-preferred-topology`` (Kueue expresses
   both); no request gets no annotation (a TAS-only ClusterQueue then treats the gang as
   unconstrained). Single pods are Kueue workloads of one pod.
+
+Gang members name the profile ``railyard`` in every arm but D (``GANG_PROFILE``): without the
+extender a stock profile like ``default-scheduler``, so nothing changes but the label of
+kube-scheduler's attempt counter, which then tells gang members from single pods.
 """
 
 from __future__ import annotations
@@ -68,6 +72,14 @@ KUEUE_NODE_LABELS = {"type": "kwok"}
 #: sample of feasible nodes instead of every one (manifests/base/scheduler-config.yaml).
 SAMPLED_PROFILE = "railyard-sampled"
 
+#: The profile gang members name in every arm but D: the reference configuration's profile for
+#: gangs (manifests/base/scheduler-config.yaml; B's ``default-scheduler`` is a copy of it), and
+#: without the extender one of the stock profiles ``cluster up`` generates
+#: (``localconfig.SCHEDULER_NAMES``), the same plugins as ``default-scheduler``. The scheduling is
+#: the same; kube-scheduler's attempt counter, labelled by profile, then tells gang members from
+#: single pods (issue 21). D's pods keep the default: Kueue's TAS is not run with another profile.
+GANG_PROFILE = "railyard"
+
 #: ``Arm.percentage_of_nodes_to_score``: run the configuration ``cluster up`` generates as is
 #: (the reference configuration from manifests/, ``percentageOfNodesToScore: 100``).
 AS_GENERATED = "as generated"
@@ -88,6 +100,8 @@ class Arm:
     """Run Kueue (``cluster up --with-kueue``, TAS on) and submit every pod through it."""
     single_scheduler_name: str | None = None
     """``spec.schedulerName`` of the pods that name no gang (None: the default profile)."""
+    gang_scheduler_name: str | None = GANG_PROFILE
+    """``spec.schedulerName`` of gang members (None: the default profile)."""
 
 
 ARMS = {
@@ -100,7 +114,7 @@ ARMS = {
     "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
              native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
     "D": Arm("D", "Kueue v0.17.0 TAS admits, kube-scheduler places (default configuration)",
-             percentage_of_nodes_to_score=None, kueue=True),
+             percentage_of_nodes_to_score=None, kueue=True, gang_scheduler_name=None),
 }
 
 
@@ -148,6 +162,8 @@ def pod(job: Job, index: int, arm: Arm) -> dict[str, Any]:
         spec["priorityClassName"] = job.priority_class
     if job.kind == "single" and arm.single_scheduler_name:
         spec["schedulerName"] = arm.single_scheduler_name
+    if job.kind == "gang" and arm.gang_scheduler_name:
+        spec["schedulerName"] = arm.gang_scheduler_name
     if job.kind == "gang":
         labels["scheduling.x-k8s.io/pod-group"] = job.name
         labels["batch.kubernetes.io/job-completion-index"] = str(index)

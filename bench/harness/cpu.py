@@ -7,8 +7,14 @@ kube-scheduler, the API server, etcd, kwok and railyard each spent per scheduled
 whole machine's busy time (``/proc/stat``) is sampled with them: on a shared machine the part
 no process of ours spent (``other``) says how much the neighbours took.
 
-The parsers are pure (text in, seconds out) so tests feed them fixed text; ``sample`` is the
-only function that reads files.
+Context switches (issue 21) come from ``voluntary_ctxt_switches`` and
+``nonvoluntary_ctxt_switches`` of ``/proc/<pid>/status``. That file counts only the process's
+main thread (the kernel prints the leader task's ``nvcsw``/``nivcsw``), so ``switches`` reads
+``/proc/<pid>/task/<tid>/status`` for every thread and ``switched`` subtracts thread by thread:
+a thread born in the window counts whole, one that exited in it is lost (an undercount).
+
+The parsers are pure (text in, numbers out) so tests feed them fixed text; ``sample`` and
+``switches`` are the only functions that read files.
 """
 
 from __future__ import annotations
@@ -63,6 +69,56 @@ def sample(pids: dict[str, int], proc: Path = Path("/proc")) -> dict[str, float]
         out[MACHINE] = parse_machine_stat((proc / "stat").read_text())
     except (OSError, IndexError, ValueError, StopIteration):
         pass
+    return out
+
+
+def processes(per_key: dict[str, float]) -> float:
+    """What the sampled processes spent together (the cluster's and this harness's): every key
+    but ``machine`` and ``other``. Divided per pod, the neighbours' load on a shared machine is
+    not in it (issue 21's process-only ratio)."""
+    return sum(v for k, v in per_key.items() if k not in (MACHINE, OTHER))
+
+
+def parse_switches(text: str) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches from one ``/proc/<pid>/task/<tid>/status``."""
+    found = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            found[key] = int(value)
+    return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]
+
+
+def switches(pids: dict[str, int], proc: Path = Path("/proc")) -> dict[str, dict[str, list[int]]]:
+    """Per process (results.json key, this harness included), per thread id, its
+    ``[voluntary, involuntary]`` context switches so far. Gone processes and threads are left out."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, pid in sorted({**pids, HARNESS: os.getpid()}.items()):
+        try:
+            tids = sorted((proc / str(pid) / "task").iterdir())
+        except OSError:
+            continue
+        threads = {}
+        for tid in tids:
+            try:
+                threads[tid.name] = list(parse_switches((tid / "status").read_text()))
+            except (OSError, KeyError, ValueError):
+                continue
+        out[COMPONENT_KEYS.get(name, name)] = threads
+    return out
+
+
+def switched(before: dict[str, dict[str, list[int]]], after: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, int]]:
+    """Context switches per process between two ``switches`` samples, ``{"voluntary": n,
+    "involuntary": n}``, thread by thread (a thread new in ``after`` counts from 0)."""
+    out = {}
+    for name, threads in after.items():
+        if name not in before:
+            continue
+        old = before[name]
+        vol = sum(v - old.get(tid, [0, 0])[0] for tid, (v, _) in threads.items())
+        inv = sum(n - old.get(tid, [0, 0])[1] for tid, (_, n) in threads.items())
+        out[name] = {"voluntary": vol, "involuntary": inv}
     return out
 
 

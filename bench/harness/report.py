@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.harness import preemption
+from bench.harness import preemption, runs as runs_mod
 
 ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
               "D": "tab:green"}
@@ -22,7 +22,21 @@ STEPS = (
 LEVEL_ORDER = ("host", "nvl", "leaf", "block", "cluster")
 
 
+#: Throughput ratios: (key, arm, baseline arm). Each has a process-only twin (``process_only_*``).
+RATIO_PAIRS = (
+    ("throughput_railyard_vs_default", "B", "A"),
+    ("throughput_score_all_vs_default", "A100", "A"),
+    ("throughput_railyard_vs_score_all", "B", "A100"),
+    ("throughput_railyard_every_node_vs_score_all", "B100", "A100"),
+)
+
+
 def ratios(arms: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """The throughput ratios, raw (average pods/s, arm over baseline) and process-only (issue 21):
+    the baseline's process CPU per pod over the arm's (``process_cpu_ms_per_pod``: etcd, API
+    server, scheduler, kwok, railyard or Kueue and this harness; the other work on the machine
+    is not in it, so it cancels out where the raw ratio takes it in); and the gang time-to-bind
+    p99, B over C."""
     def get(arm: str, *keys: str) -> float | None:
         value: Any = arms.get(arm)
         for k in keys:
@@ -31,16 +45,15 @@ def ratios(arms: dict[str, dict[str, Any]]) -> dict[str, float | None]:
             value = value.get(k)
         return value if isinstance(value, (int, float)) else None
 
-    tb, ta = get("B", "throughput_pods_per_s", "avg"), get("A", "throughput_pods_per_s", "avg")
-    t100, tb100 = get("A100", "throughput_pods_per_s", "avg"), get("B100", "throughput_pods_per_s", "avg")
+    out: dict[str, float | None] = {}
+    for key, arm, base in RATIO_PAIRS:
+        t, tb = get(arm, "throughput_pods_per_s", "avg"), get(base, "throughput_pods_per_s", "avg")
+        c, cb = get(arm, "process_cpu_ms_per_pod"), get(base, "process_cpu_ms_per_pod")
+        out[key] = round(t / tb, 3) if t and tb else None
+        out[key.replace("throughput_", "process_only_", 1)] = round(cb / c, 3) if c and cb else None
     pb, pc = get("B", "gang_time_to_bind_s", "p99"), get("C", "gang_time_to_bind_s", "p99")
-    return {
-        "throughput_railyard_vs_default": round(tb / ta, 3) if tb and ta else None,
-        "throughput_score_all_vs_default": round(t100 / ta, 3) if t100 and ta else None,
-        "throughput_railyard_vs_score_all": round(tb / t100, 3) if tb and t100 else None,
-        "throughput_railyard_every_node_vs_score_all": round(tb100 / t100, 3) if tb100 and t100 else None,
-        "time_to_bind_p99_railyard_vs_native": round(pb / pc, 3) if pb is not None and pc else None,
-    }
+    out["time_to_bind_p99_railyard_vs_native"] = round(pb / pc, 3) if pb is not None and pc else None
+    return out
 
 
 def decomposition(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,21 +117,53 @@ def targets(arms: dict[str, dict[str, Any]], ratio: dict[str, float | None]) -> 
     t = ratio["time_to_bind_p99_railyard_vs_native"]
     add("gang time-to-bind p99 B/C", t, "<= 1.2", None if t is None else t <= 1.2,
         "" if t is None or t <= 1.2 else f"{t / 1.2:.2f}x the allowance")
+    p = ratio["process_only_railyard_vs_default"]
+    add("process-only throughput B/A (issue 21)", p, ">= 0.95", None if p is None else p >= 0.95,
+        "" if p is None or p >= 0.95 else f"{(0.95 - p) / 0.95:.0%} below")
+    add("railyard filter p99 (ms; issue 21, cores not saturated)", f99, "<= 2", None if f99 is None else f99 <= 2,
+        "" if f99 is None or f99 <= 2 else f"{f99 / 2:.1f}x the target")
+    ab, ac = ((x.get("scheduler_attempts_per_gang_member") or {}).get("unschedulable") for x in (b, c))
+    add("unschedulable attempts per gang member B vs C (issue 21)", [ab, ac], "B <= C",
+        None if ab is None or ac is None else ab <= ac,
+        "" if ab is None or ac is None or ab <= ac else f"{ab - ac:g} more per member")
     return out
 
 
-def write(out_dir: Path, meta: dict[str, Any], arms: dict[str, dict[str, Any]],
-          series: dict[str, dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
-    ratio = ratios(arms)
-    doc = {**meta, "arms": {**arms, **{a: {"skipped": why} for a, why in skipped.items()}},
-           "ratios": ratio, "decomposition": decomposition(arms),
+def write(out_dir: Path, meta: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json, report.md and the plots of ``runs``, in the order they ran: each
+    ``{"meta": {"run", "dir", "date", "load_average"}, "arms": {arm: analysis}, "series":
+    {arm: plot series}, "skipped": {arm: why}}``; ``dir`` is the run's directory under
+    ``out_dir`` ("." for a single run), where its plots go. The document's ``arms`` and
+    ``ratios`` are the medians over the runs (``runs.median``), ``runs[]`` each run's own."""
+    docs, plots = [], []
+    for run in runs:
+        arms_k = {**run["arms"], **{a: {"skipped": why} for a, why in run["skipped"].items()}}
+        docs.append({**run["meta"], "arms": arms_k, "ratios": ratios(arms_k), "decomposition": decomposition(arms_k)})
+        run_dir = out_dir / run["meta"]["dir"]
+        made = _plots(run_dir, run["series"])
+        made += [m for m in [preemption.plot(run_dir, arms_k, _pyplot(), ARM_COLORS)] if m]
+        plots += [str(Path(run["meta"]["dir"]) / m) for m in made]
+    arms = runs_mod.arms([d["arms"] for d in docs])
+    ratio = runs_mod.median([d["ratios"] for d in docs])
+    doc = {**meta, "runs": docs, "arms": arms, "ratios": ratio, "decomposition": decomposition(arms),
            "targets": targets(arms, ratio) + preemption.targets(arms)}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
-    plots = _plots(out_dir, series)
-    made = preemption.plot(out_dir, arms, _pyplot(), ARM_COLORS)
-    plots += [made] if made else []
     (out_dir / "report.md").write_text(_markdown(doc, plots))
     return doc
+
+
+def _switches(process: str) -> Any:
+    def cell(arm: dict[str, Any]) -> str:
+        c = (arm.get("ctx_switches_per_pod") or {}).get(process)
+        return "-" if not c else f"{c['voluntary']:g} / {c['involuntary']:g}"
+    return cell
+
+
+def _attempts(key: str) -> Any:
+    def cell(arm: dict[str, Any]) -> str:
+        a = arm.get(key)
+        return "-" if not a or a.get("scheduled") is None else f"{a['scheduled']:g} / {a['unschedulable']:g}"
+    return cell
 
 
 KEY_ROWS = (
@@ -159,15 +204,26 @@ KEY_ROWS = (
     ("kueue CPU ms/pod", ("cpu_ms_per_pod", "kueue")),
     ("harness CPU ms/pod (watch)", ("cpu_ms_per_pod", "harness")),
     ("other work on the machine CPU ms/pod", ("cpu_ms_per_pod", "other")),
+    ("all processes above CPU ms/pod (process-only)", ("process_cpu_ms_per_pod",)),
     ("cores busy in the scheduling window (of 2)", ("cpu", "scheduling", "cores_busy")),
+    ("other work in cores: scheduling window", ("cpu", "scheduling", "other_cores")),
+    ("other work in cores: whole arm", ("cpu", "arm", "other_cores")),
+    ("1-minute load average min", ("load_average_1m", "min")),
+    ("1-minute load average max", ("load_average_1m", "max")),
+    *((f"context switches/pod {p} (voluntary / involuntary)", _switches(p))
+      for p in ("kube-scheduler", "kube-apiserver", "etcd", "kwok", "railyard", "kueue", "harness")),
+    ("scheduler attempts per pod, all pods (scheduled / unschedulable)", _attempts("scheduler_attempts_per_pod")),
+    ("scheduler attempts per gang member (scheduled / unschedulable)", _attempts("scheduler_attempts_per_gang_member")),
     ("pods bound / total", None),
     ("cluster up s", ("cluster_up_s",)),
 )
 
 
-def _cell(arm: dict[str, Any], label: str, keys: tuple[str, ...] | None) -> str:
+def _cell(arm: dict[str, Any], label: str, keys: Any) -> str:
     if "skipped" in arm:
         return "-"
+    if callable(keys):
+        return keys(arm)
     if keys is None:
         if label.startswith("gangs"):
             g = arm.get("gangs") or {}
@@ -238,14 +294,18 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
         arm = doc["arms"].get(a, {})
         out.append(f"- **{a}**: {title}" + (f" — {arm['skipped']}" if "skipped" in arm else
                                             f" (stopped: {arm.get('stop_reason')})"))
-    out += ["", "## Results", "", table(doc), "",
-            f"Ratios: throughput B/A = {doc['ratios']['throughput_railyard_vs_default']}, "
-            f"A100/A = {doc['ratios'].get('throughput_score_all_vs_default')}, "
-            f"B/A100 = {doc['ratios'].get('throughput_railyard_vs_score_all')}, "
-            f"B100/A100 = {doc['ratios'].get('throughput_railyard_every_node_vs_score_all')}, "
-            f"gang time-to-bind p99 B/C = {doc['ratios']['time_to_bind_p99_railyard_vs_native']}.", "",
-            *decomposition_markdown(doc), *preemption.markdown(doc),
-            "## Targets (issues 5 and 12; measured, never tuned for)", "",
+    r = doc["ratios"]
+    several = len(doc.get("runs") or []) > 1
+    out += ["", "## Results" + (f" (median of {len(doc['runs'])} runs)" if several else ""), "",
+            *(["Each number is its median over the runs (`runs[]` in results.json has every run's); "
+               "each ratio is the median of the runs' ratios.", ""] if several else []),
+            table(doc), "",
+            "Ratios, raw throughput (process-only: the baseline's process CPU per pod over the arm's): "
+            + ", ".join(f"{label} = {r.get(key)} ({r.get(key.replace('throughput_', 'process_only_', 1))})"
+                        for label, (key, _, _) in zip(("B/A", "A100/A", "B/A100", "B100/A100"), RATIO_PAIRS))
+            + f"; gang time-to-bind p99 B/C = {r['time_to_bind_p99_railyard_vs_native']}.", "",
+            *runs_markdown(doc), *decomposition_markdown(doc), *preemption.markdown(doc),
+            "## Targets (issues 5, 12 and 21; measured, never tuned for)", "",
             "| target | goal | measured | met | shortfall |", "|---|---|---|---|---|"]
     for t in doc["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured here"}[t["met"]]
@@ -253,6 +313,41 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
     out += ["", "## Notes", ""] + [f"- {n}" for n in doc.get("notes", [])]
     out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(out) + "\n"
+
+
+def runs_markdown(doc: dict[str, Any]) -> list[str]:
+    """Issue 21: every run's throughput, process CPU and the machine's load per arm, in the
+    order the arms ran, and each run's ratios beside their median."""
+    runs = doc.get("runs") or []
+    if not runs:
+        return []
+    out = ["## Runs (interleaved: each run's arms in turn, each on a fresh cluster)", "",
+           "Other work = the machine's busy CPU (/proc/stat) minus the cluster's processes and this harness, "
+           "in cores, in the scheduling window and over the whole arm: load that the raw ratio takes in and "
+           "the process-only ratio leaves out.", "",
+           "| run | arm | started | throughput pods/s | process CPU ms/pod | other work cores "
+           "(scheduling / arm) | 1-min load min-max |", "|---|---|---|---|---|---|---|"]
+
+    def v(x: Any) -> str:
+        return "-" if x is None else f"{x:g}" if isinstance(x, (int, float)) else str(x)
+
+    for run in runs:
+        for name, arm in run["arms"].items():
+            if "skipped" in arm:
+                out.append(f"| {run['run']} | {name} | | {arm['skipped']} | | | |")
+                continue
+            cpu, load = arm.get("cpu") or {}, arm.get("load_average_1m") or {}
+            out.append(f"| {run['run']} | {name} | {arm.get('started') or run['date']} | {v((arm.get('throughput_pods_per_s') or {}).get('avg'))} "
+                       f"| {v(arm.get('process_cpu_ms_per_pod'))} | {v((cpu.get('scheduling') or {}).get('other_cores'))} / "
+                       f"{v((cpu.get('arm') or {}).get('other_cores'))} | {v(load.get('min'))}-{v(load.get('max'))} |")
+    keys = [k for k, _, _ in RATIO_PAIRS if any(run["ratios"].get(k) is not None for run in runs)]
+    if keys:
+        out += ["", "| run | " + " | ".join(f"{k.removeprefix('throughput_')} raw / process-only" for k in keys) + " |",
+                "|---|" + "---|" * len(keys)]
+        for label, ratio in [*((str(run["run"]), run["ratios"]) for run in runs), ("**median**", doc["ratios"])]:
+            out.append(f"| {label} | " + " | ".join(
+                f"{v(ratio.get(k))} / {v(ratio.get(k.replace('throughput_', 'process_only_', 1)))}" for k in keys) + " |")
+    return out + [""]
 
 
 def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
@@ -267,7 +362,10 @@ def decomposition_markdown(doc: dict[str, Any]) -> list[str]:
            "Per scheduled pod, in the scheduling window (kube-scheduler resumed -> last binding). "
            "Wall ms/pod = 1000 / average throughput; CPU ms/pod = each process's CPU seconds "
            "(/proc utime+stime) over the pods bound in the window; a step's value is the second arm's "
-           "minus the first's.", "",
+           "minus the first's." + (" With several runs the steps are computed from the median arms, so a "
+                                   "step's throughput ratio is a ratio of medians; the Runs section above "
+                                   "has each run's ratio and their median." if len(doc.get("runs") or []) > 1
+                                   else ""), "",
            "| step | what the step adds | throughput ratio | wall ms/pod | kube-scheduler CPU | "
            "kube-apiserver CPU | etcd CPU | kwok CPU | railyard CPU | all processes CPU |",
            "|---|---|---|---|---|---|---|---|---|---|"]

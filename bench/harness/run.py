@@ -19,7 +19,9 @@ from extender.localcluster.errors import ClusterError
 
 NOTES = [
     "Each arm runs on its own fresh cluster of the same shape (etcd, kube-apiserver, kube-scheduler "
-    "v1.37.2, kwok v0.7.0 on 127.0.0.1), one after another; the same seeded job stream is submitted to each.",
+    "v1.37.2, kwok v0.7.0 on 127.0.0.1), one after another; the same seeded job stream is submitted to each. "
+    "With several runs the arms are interleaved (run 1's arms, then run 2's, ...) and every number shown "
+    "is the median over the runs.",
     "Pods are created by this Python harness from 16 threads; for burst workloads the creation rate "
     "(`pod_creation_pods_per_s`) can cap the scheduling throughput of every arm alike.",
     "Bound/finished times are when the harness's watch saw them (same delay in every arm). "
@@ -47,7 +49,14 @@ NOTES = [
     "CPU ms per pod: each process's utime+stime from /proc/<pid>/stat (all threads) between kube-scheduler's "
     "resume (t0 when not paused) and the first 0.25 s poll after the last binding, over the pods bound "
     "then; `machine` is all cores' busy time from /proc/stat and `other` what none of the cluster's "
-    "processes nor this harness spent (other work on the shared machine).",
+    "processes nor this harness spent (other work on the shared machine). The process-only ratio "
+    "compares the sum of the sampled processes' CPU per pod, so that other work cancels out.",
+    "Context switches per pod: voluntary_ctxt_switches and nonvoluntary_ctxt_switches of every thread "
+    "(/proc/<pid>/task/<tid>/status; /proc/<pid>/status alone counts the main thread) over the same window, "
+    "thread by thread (threads that exited in the window are not counted).",
+    "Scheduling attempts: kube-scheduler's scheduler_schedule_attempts_total, labelled by result and "
+    "profile, not by pod: per gang member from the profile the gang members name (railyard, in every "
+    "arm but D, where gang members and single pods share the default profile: only the all-pods figure).",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +113,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"bench: unknown arm(s) {', '.join(unknown)} (known: {', '.join(arms_mod.ARMS)})", file=sys.stderr)
             return 2
         arm_names = wanted
+    count = args.runs if args.runs is not None else (1 if args.quick else 3)
+    if count < 1:
+        print(f"bench: --runs must be at least 1, not {count}", file=sys.stderr)
+        return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -122,19 +135,28 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"bench: scenario {scn.name} ({scn.mode}): {len(nodes)} nodes, {gpus} GPUs, {len(jobs)} jobs, "
           f"{sum(j.pods for j in jobs)} pods; arms {','.join(arm_names)}", file=sys.stderr)
 
-    results, series, skipped = {}, {}, {}
     notes = list(NOTES)
-    for name in arm_names:
-        arm = arms_mod.ARMS[name]
-        try:
-            result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, out / f"arm-{name}" / "cluster")
-        except ClusterError as exc:
-            skipped[name] = f"failed: {exc}"
-            print(f"bench[{name}]: {exc}", file=sys.stderr)
-            continue
-        runner.save(result, out / f"arm-{name}")
-        results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
-        notes += [f"arm {name}: {n}" for n in result.notes]
+    runs = []
+    for k in range(1, count + 1):
+        run_dir = out if count == 1 else out / f"run-{k}"
+        run_meta = {"run": k, "dir": "." if count == 1 else run_dir.name,
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "load_average": {"start": _loadavg()}}
+        results, series, skipped = {}, {}, {}
+        for name in arm_names:
+            arm = arms_mod.ARMS[name]
+            tag = name if count == 1 else f"{name} run {k}/{count}"
+            try:
+                result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, run_dir / f"arm-{name}" / "cluster")
+            except ClusterError as exc:
+                skipped[name] = f"failed: {exc}"
+                print(f"bench[{tag}]: {exc}", file=sys.stderr)
+                continue
+            runner.save(result, run_dir / f"arm-{name}")
+            results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
+            notes += [f"arm {tag}: {n}" for n in result.notes]
+        run_meta["load_average"]["end"] = _loadavg()
+        runs.append({"meta": run_meta, "arms": results, "series": series, "skipped": skipped})
 
     meta = {
         "scenario": scn.name, "mode": scn.mode, "seed": scn.seed,
@@ -152,11 +174,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         "notes": notes,
     }
     (out / "run.json").write_text(json.dumps({"scenario": str(scn.source), "quick": args.quick, "meta": meta,
-                                               "skipped": skipped}, indent=2))
-    doc = report.write(out, meta, results, series, skipped)
+                                               "runs": [{"meta": r["meta"], "skipped": r["skipped"]} for r in runs]},
+                                              indent=2))
+    doc = report.write(out, meta, runs)
     print(report.table(doc), file=sys.stderr)
     print(f"bench: wrote {out}/results.json, report.md and plots in {meta['wall_s']:.0f}s", file=sys.stderr)
-    return 0 if results else 1
+    return 0 if any(r["arms"] for r in runs) else 1
 
 
 def _gen(line: str) -> dict:
@@ -170,13 +193,20 @@ def rereport(out: Path) -> int:
     scn = scenario_mod.load(saved["scenario"], saved["quick"])
     nodes = topotext.load(scn.topology_text).nodes
     jobs = [workload.Job(**j) for j in json.loads((out / "jobs.json").read_text())]
-    results, series = {}, {}
-    for arm_dir in sorted(out.glob("arm-*")):
-        name = arm_dir.name.removeprefix("arm-")
-        if not (arm_dir / "pods.json").exists():
-            continue
-        result = runner.load(arm_dir, name)
-        results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
-    doc = report.write(out, saved["meta"], results, series, saved["skipped"])
+    # Directories from before issue 21 hold one run, its arms in DIR itself.
+    saved_runs = saved.get("runs") or [{"meta": {"run": 1, "dir": ".", "date": saved["meta"]["date"],
+                                                 "load_average": saved["meta"].get("load_average")},
+                                        "skipped": saved.get("skipped") or {}}]
+    runs = []
+    for run in saved_runs:
+        results, series = {}, {}
+        for arm_dir in sorted((out / run["meta"]["dir"]).glob("arm-*")):
+            name = arm_dir.name.removeprefix("arm-")
+            if not (arm_dir / "pods.json").exists():
+                continue
+            result = runner.load(arm_dir, name)
+            results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
+        runs.append({**run, "arms": results, "series": series})
+    doc = report.write(out, saved["meta"], runs)
     print(report.table(doc), file=sys.stderr)
     return 0

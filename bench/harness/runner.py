@@ -56,10 +56,13 @@ class ArmResult:
     stop_reason: str = ""
     notes: list[str] = field(default_factory=list)
     cpu_samples: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Mark -> ``{"t": s after t0, "bound": pods bound so far, "cpu": {component: CPU s}}``
-    (``cpu.sample``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
+    """Mark -> ``{"t": s after t0, "bound": pods bound so far, "cpu": {component: CPU s},
+    "switches": {component: {tid: [voluntary, involuntary]}}}`` (``cpu.sample``,
+    ``cpu.switches``), at ``start`` (t0), ``resume`` (kube-scheduler resumed after the pods
     were created; = start when it was not paused), ``last_bind`` (the first poll after the
-    last binding seen) and ``end``."""
+    last binding seen; no ``switches``), ``switched`` (the last poll after a binding at which
+    the threads' switches were read: at most once a second, and at the last pod's binding)
+    and ``end``."""
     percentage_of_nodes_to_score: int | None | str = None
     """As the scheduler configuration the arm ran had it (None: the key was absent, so
     kube-scheduler's adaptive default; ``"unknown"``: a directory from before issue 13 without
@@ -69,6 +72,8 @@ class ArmResult:
     workloads: dict[str, kueue_mod.WorkloadRecord] = field(default_factory=dict)
     """A Kueue arm's Workloads by name, as its watch saw them; {} for the others."""
     kueue_metrics: str = ""
+    started: str = ""
+    """UTC date and time the arm's cluster began to come up ("" in directories from before issue 21)."""
 
 
 class PodWatcher(kube_mod.Watch):
@@ -109,11 +114,13 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
         config_file = workdir.parent / "scheduler-config.template.yaml"
         config_file.parent.mkdir(parents=True, exist_ok=True)
         config_file.write_text(localconfig.dump_yaml(template))
-    up_started = time.monotonic()
+    up_started, started = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     info = cluster.up(cluster.UpOptions(
         workdir=workdir, topology=topology_text, extender=arm.extender, scheduler_config=config_file,
         feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, kueue=arm.kueue,
-        timeout=600), log=log)
+        # No kube-controller-manager: no controller acts on the bench's pods (no owners), and
+        # every recorded run, issue 21's baseline included, was made without one.
+        controllers=False, timeout=600), log=log)
     up_s = time.monotonic() - up_started
     say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
     try:
@@ -121,6 +128,7 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
         result = _drive(arm, jobs, workload, info, nodes, up_s, say)
         result.percentage_of_nodes_to_score = _percentage(info.workdir / "scheduler-config.yaml",
                                                           arm.single_scheduler_name)
+        result.started = started
         return result
     finally:
         cluster.down(info.workdir, log=log, quiet=True)
@@ -171,9 +179,11 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     pod_path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
     samples: dict[str, dict[str, Any]] = {}
 
-    def mark(name: str, bound: int) -> None:
+    def mark(name: str, bound: int, switches: bool = True) -> None:
         samples[name] = {"t": round(time.monotonic() - t0[0], 3), "bound": bound,
                          "cpu": cpu_mod.sample(info.pids)}
+        if switches:  # every thread's status file: too many reads for each 0.25 s poll
+            samples[name]["switches"] = cpu_mod.switches(info.pids)
 
     mark("start", 0)
 
@@ -221,12 +231,17 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         now = time.monotonic() - t0[0]
         with watcher.lock:
             bound, last_bind = watcher.bound_count, watcher.last_bind
+        done = bound >= len(records) - errors[0]
         if bound > seen:
             # The window whose CPU is counted per pod ends at the last binding (to a poll),
-            # not after the idle tail or a stall wait.
-            mark("last_bind", bound)
+            # not after the idle tail or a stall wait. Context switches (every thread's file)
+            # are read at most once a second, and at the last pod's binding: their window
+            # ends at the last ``switched`` mark, within a second of the last binding.
+            mark("last_bind", bound, switches=False)
+            if done or now - samples.get("switched", samples["start"])["t"] >= 1.0:
+                mark("switched", bound)
             seen = bound
-        if bound >= len(records) - errors[0]:
+        if done:
             break
         if now > last_created + drain:
             reason = f"drain timeout ({drain:.0f}s after the last creation)"
@@ -310,7 +325,7 @@ def save(result: ArmResult, directory: Path) -> None:
         "end": result.end, "cluster_up_s": result.cluster_up_s, "create_errors": result.create_errors,
         "stop_reason": result.stop_reason, "notes": result.notes, "cpu_samples": result.cpu_samples,
         "percentage_of_nodes_to_score": result.percentage_of_nodes_to_score,
-        "load_average_1m": result.load_average_1m}, indent=1))
+        "load_average_1m": result.load_average_1m, "started": result.started}, indent=1))
     (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
     if result.extender_metrics:
         (directory / "extender-metrics.prom").write_text(result.extender_metrics)
@@ -333,7 +348,7 @@ def load(directory: Path, arm: str) -> ArmResult:
                      cpu_samples=meta.get("cpu_samples") or {},
                      percentage_of_nodes_to_score=meta["percentage_of_nodes_to_score"]
                      if "percentage_of_nodes_to_score" in meta else _percentage_or_unknown(directory),
-                     load_average_1m=meta.get("load_average_1m") or [],
+                     load_average_1m=meta.get("load_average_1m") or [], started=meta.get("started", ""),
                      workloads={w["name"]: kueue_mod.WorkloadRecord(**w) for w in json.loads(workloads.read_text())}
                      if workloads.exists() else {},
                      kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "")

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 
-def render(out: Path, arm: str) -> str:
+def render(out: Path, arm: str, run: int | None = None) -> str:
     jobs = {j["name"]: j for j in json.loads((out / "jobs.json").read_text()) if j["kind"] == "gang"}
-    pods = json.loads((out / f"arm-{arm}" / "pods.json").read_text())
+    pods = json.loads((out / (f"run-{run}" if run else ".") / f"arm-{arm}" / "pods.json").read_text())
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for p in pods:
         if p["job"] in jobs:

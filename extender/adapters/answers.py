@@ -32,4 +32,5 @@ def plan_json(a: GangAnswer) -> dict[str, Any]:
 def gang_view_json(g: GangView) -> dict[str, Any]:
     """One gang of /debug/gangs."""
     return {"gang": g.gang, "phase": g.phase, "plan": dict(g.plan), "deadline_in_seconds": g.deadline_in_seconds,
-            "reason": g.reason, "slices": slices_json(g.slices), "ranks": [address_json(r) for r in g.ranks]}
+            "reason": g.reason, "slices": slices_json(g.slices), "ranks": [address_json(r) for r in g.ranks],
+            "origin": g.origin}

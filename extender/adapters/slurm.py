@@ -96,6 +96,10 @@ def build(topo: Topology, block_level: str | None = None, short_names: bool = Fa
     if not topo.depth:
         raise SlurmTopologyError("no topology levels: every node is its own domain (Slurm's topology/flat "
                                  "needs no file)")
+    if topo.fabrics:
+        pools = ", ".join(f"{f.name} ({f.end - f.start} nodes)" for f in topo.fabrics)
+        raise SlurmTopologyError(f"{len(topo.fabrics)} fabrics ({pools}): Slurm's topology file describes "
+                                 "one tree: give the Nodes of one pool at a time, or name one tree with --levels")
     node_names = _slurm_names(topo.names, short_names)
     tiers = next((lvl for lvl in range(topo.depth) if is_nvlink(topo, lvl)), topo.depth)
     blevel = _block_level(topo, block_level)

@@ -89,6 +89,8 @@ def render(a: dict[str, Any]) -> str:
     lines = [f"pod {a['pod']}: gang {a['gang']} is {phase}"]
     if a["reason"]:
         lines.append(f"reason: {a['reason']}")
+    if a.get("origin"):
+        lines.append(f"from: {a['origin']}")
     if a["plan"]:
         lines.append("plan:")
         width = max(len(m) for m in a["plan"])

@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                   "ResourceSlices")
     p.add_argument("--pods", help="pods already on nodes; their GPUs are in use (and their ResourceClaims)")
     p.add_argument("--gang", required=True, metavar="PENDING",
-                   help="pods to place (and optional PodGroups, ResourceClaims, ResourceClaimTemplates); "
+                   help="pods to place (and optional PodGroups, JobSets, LeaderWorkerSets, Jobs, ResourceClaims, "
+                        "ResourceClaimTemplates); "
                         "gangs are planned in order of first appearance")
     p.add_argument("--levels", help="topology label keys, broadest first (default: detected from node labels)")
     p.add_argument("--gpu-resource", default=GPU_RESOURCE, help=f"extended resource name (default {GPU_RESOURCE})")
@@ -47,29 +48,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+GROUP_KINDS = {"PodGroup", "JobSet", "LeaderWorkerSet", "Job"}
+"""Objects read as group objects (by apiVersion): every convention's PodGroup, and the workloads
+railyard sizes gangs from (docs/workloads.md)."""
+
 def run(args: argparse.Namespace) -> int:
     # Translated here, once: the what-if planner takes facts, as the live extender does.
     translate = ko.Translator(args.gpu_resource)
     try:
         nodes, node_facts, levels = read_nodes(args.nodes, args.levels, translate)
-        pods = _objects(args.pods, {"Pod", "PodGroup"}) if args.pods else []
-        pending = _objects(args.gang, {"Pod", "PodGroup"})
+        pods = _objects(args.pods, {"Pod", *GROUP_KINDS}) if args.pods else []
+        pending = _objects(args.gang, {"Pod", *GROUP_KINDS})
     except InputError as exc:
         print(f"railyard plan: {exc}", file=sys.stderr)
         return 2
     everything = nodes + pods + pending
-    groups = [translate.group(o) for o in everything if o["kind"] == "PodGroup"]
+    groups = [translate.group(o) for o in everything if o["kind"] in GROUP_KINDS]
     dra = [translate.dra(o["kind"], o) for o in everything if o["kind"] in ko.DRA_KINDS]
     whatif = WhatIf.load(node_facts, levels, [translate.pod(o) for o in pods if o["kind"] == "Pod"], groups,
                          dra, args.gpu_resource, args.rail_attribute)
     answers = whatif.plan_pending(translate.pod(o) for o in pending if o["kind"] == "Pod")
-    out = {
-        "gangs": [plan_json(a) for a in answers],
-        "topology": {
-            "levels": [lvl.key for lvl in whatif.state.levels],
-            "problems": whatif.problems,
-        },
-    }
+    topology: dict[str, Any] = {"levels": [lvl.key for lvl in whatif.state.levels], "problems": whatif.problems}
+    fabrics: dict[str, list[str]] = {}
+    for lvl in whatif.state.levels:
+        if lvl.fabric:
+            fabrics.setdefault(lvl.fabric, []).append(lvl.key)
+    if fabrics:
+        topology["fabrics"] = fabrics  # each pool's own levels, broadest first
+    out = {"gangs": [plan_json(a) for a in answers], "topology": topology}
     if output.wants_json(args, sys.stdout):
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")

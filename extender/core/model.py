@@ -12,6 +12,13 @@ from typing import Mapping
 HOST_LEVEL = "kubernetes.io/hostname"
 """The narrowest level is always the node itself."""
 
+FABRIC_LEVEL = "railyard.io/fabric"
+"""The broadest level of a cluster whose node pools have different fabrics (label schemes or
+depths): one domain per pool, each with its own tree below; a gang never spans two."""
+OTHER_FABRIC = "~"
+"""A node's value at a level of another pool's tree (no label value can be ``~``): the domain is
+its parent's, a step the tree passes through, never a place of its own."""
+
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -28,6 +35,8 @@ class Level:
     (the ClusterUUID of ``<ClusterUUID>.<CliqueID>``). Empty: the value of label ``key``."""
     missing: str = ""
     """A placeholder value its labeler writes when it knows no domain; read as no label."""
+    fabric: str = ""
+    """The node pool whose tree the level belongs to (``NodeFacts.fabric``); empty: every node's."""
 
     def value(self, labels: Mapping[str, str]) -> str | None:
         """The node's domain at this level, None when the label is missing, empty or ``missing``."""
@@ -110,10 +119,21 @@ class NodeFacts:
     rails: tuple[tuple[str, int], ...] = ()
     """(rail, GPU devices on it not allocated to a claim), per rail the node's DRA GPU devices
     name (``dra.rail_attribute``); empty when unknown (``core.placement.rails``)."""
+    fabric: str = ""
+    """The node pool whose fabric labels the node carries, as the label adapter names it
+    (``topograph-v1-3-tiers``, ``gke``...); empty when it carries none."""
 
     def path(self, levels: tuple[Level, ...]) -> tuple[str | None, ...]:
-        """The node's value at each level, broadest first; None where the label is missing."""
-        return tuple(lvl.value(self.labels) for lvl in levels)
+        """The node's value at each level, broadest first; None where the label is missing,
+        ``OTHER_FABRIC`` at a level of another pool's tree."""
+        return tuple(self._value(lvl) for lvl in levels)
+
+    def _value(self, lvl: Level) -> str | None:
+        if lvl.key == FABRIC_LEVEL:
+            return self.fabric or None
+        if lvl.fabric and lvl.fabric != self.fabric:
+            return OTHER_FABRIC
+        return lvl.value(self.labels)
 
 
 @dataclass(frozen=True)
@@ -175,11 +195,17 @@ class GangRef:
     lineage: str = ""
     """The workload the gang is one instance of, shared by its restart attempts (a JobSet's
     ``<namespace>/<name>``); empty: the gang is its own lineage (``key``)."""
+    group: str = ""
+    """``<namespace>/<name>`` of the group object the pod reads, when it is not ``key`` (every
+    restart attempt of a JobSet reads the one JobSet); empty: ``key``."""
+    workload: str = ""
+    """The workload the adapters found the gang from, as operators name it (``JobSet ml/train
+    attempt 1``); empty: the pod names its group itself."""
 
     @property
     def group_id(self) -> tuple[str, str] | None:
         """The key of the group object this pod reads (``GroupFacts.id``), or None."""
-        return (self.group_kind, self.key) if self.group_kind else None
+        return (self.group_kind, self.group or self.key) if self.group_kind else None
 
 
 MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", "preferred"
@@ -246,7 +272,7 @@ class Address:
     node: str
     rank: int | None
     slice: int | None
-    """None when the gang is not sliced (and for replacements)."""
+    """None when the gang is not sliced."""
     domains: tuple[Place, ...]
     """Broadest first; a level whose label the node lacks is left out."""
     rails: tuple[str, ...] = ()
@@ -405,6 +431,13 @@ class GangSpec:
     lead_size: int = 0
     """Lead members that bind first, into their reserved slots, before the others exist
     (``LEAD_SIZE``); 0: every member binds at once."""
+    ranks: tuple[tuple[str, int], ...] = ()
+    """A round beside running members (replacements): each GPU member's rank in the whole gang,
+    the running ones' included, in the first round's order (``core.placement.address``)."""
+    gang_slice_size: int = 0
+    """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
+    size_from: str = ""
+    """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

@@ -86,7 +86,7 @@ class LabelScheme(Protocol):
         """Levels for a cluster of these nodes (from their labels), broadest first."""
 
     def schemes_of(self, node: NodeFacts) -> frozenset[str]:
-        """The presets one node's labels belong to (a new one means: detect again)."""
+        """The presets one node's labels belong to, and its pool (a new one means: detect again)."""
 
     def explicit(self, keys: Sequence[str]) -> LevelChoice:
         """Levels named by the user (``--levels``), broadest first."""

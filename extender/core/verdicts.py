@@ -11,7 +11,7 @@ from typing import Mapping
 
 from extender.core.placement.planner import NoPlacement, Placement
 from extender.core.placement.slices import SliceRule
-from extender.core.cluster.topology import Topology, format_path
+from extender.core.cluster.topology import Domain, Topology, format_path
 
 
 @dataclass(frozen=True)
@@ -341,6 +341,33 @@ def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> 
 def held_by_others(gang: str, held: int, members: int, gates: list[str]) -> str:
     return (f"gang {gang}: {held} of {members} gated members still carry other scheduling gates "
             f"({', '.join(gates[:5])}{', ...' if len(gates) > 5 else ''}); railyard plans it once those are lifted")
+
+
+def waiting_for_leads(gang: str, leads: int, need: int, seconds: float, left: float) -> str:
+    return (f"gang {gang}: {leads}/{need} leads at bind, the first member for {seconds:.0f}s; the leads "
+            f"bind once all {need} are here, within {max(left, 0):.0f}s (the others bind as they come)")
+
+
+def leads_bound(gang: str, bound: int, slots: int, nodes: list[str], left: float) -> str:
+    shown = ", ".join(sorted(set(nodes))[:5]) + (" ..." if len(set(nodes)) > 5 else "")
+    return (f"gang {gang} started: {bound} pods bound first (its leads); {slots} slots stay reserved on "
+            f"{shown} for the members its controller creates next, each bound as it comes, for {max(left, 0):.0f}s")
+
+
+def later_members_timed_out(gang: str, bound: int, size: int, slots: int, seconds: float | None) -> str:
+    within = "its timeout" if seconds is None else f"{seconds:.0f}s"
+    return (f"gang {gang} timed out with {bound}/{size} GPU members bound: {slots} slots reserved for members "
+            f"not created within {within} given back; a member created later is planned beside the bound ones")
+
+
+def group_changed(gang: str, group: str, size: int, now_size: int, leads: int, now_leads: int) -> str:
+    return (f"gang {gang}: its group {group} changed what it asks (size {size} -> {now_size}, leads {leads} -> "
+            f"{now_leads}): planned again")
+
+
+def warm_restart(topo: Topology, lineage: str, domain: Domain) -> str:
+    return (f"back in {topo.level_word(domain.level)} {format_path(domain.path)}, where the last instance of "
+            f"{lineage} was bound (warm restart)")
 
 
 def timeout_capped(gang: str, asked: float, cap: float) -> str:

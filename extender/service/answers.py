@@ -59,6 +59,8 @@ class GangView:
     reason: str
     slices: Slices | None
     ranks: tuple[Address, ...]
+    origin: str = ""
+    """The workload the gang came from and where its size was read (``whatif.origin``)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Explanation:
     slices: Slices | None
     ranks: tuple[Address, ...]
     """The addresses its members were (or will be) bound with, while it holds or is bound."""
+    origin: str = ""
+    """The workload the gang came from and where its size was read (``whatif.origin``)."""
 
 
 @dataclass(frozen=True)

@@ -90,15 +90,16 @@ class Context:
         return now
 
     def request(self, rec: GangRecord, pod: PodFacts) -> tuple[GangSpec, list[PodFacts], list[PodFacts]]:
-        """The gang's request this round: (spec, its pending members, its running members)."""
+        """The gang's request this round: (spec, its pending members, its running members and
+        those that ran and Succeeded: a lead that finished counts as done, not as missing)."""
         members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
         if not any(p.key == pod.key for p in members):
             members.append(pod)
         members.sort(key=lambda p: p.key)
-        running = self.pods.bound_pods(rec.key)
+        running = self.pods.bound_pods(rec.key) + self.pods.done_pods(rec.key)
         gangs = self.settings.gangs
         spec = gangspec.build(rec.key, members, gangspec.group_of(self.groups, pod), gangs.default_timeout_seconds,
-                              running=len(running), max_timeout=gangs.max_timeout_seconds)
+                              running=running, max_timeout=gangs.max_timeout_seconds)
         return spec, members, running
 
     def unsettled(self, spec: GangSpec, now: float) -> str | None:

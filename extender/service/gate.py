@@ -39,7 +39,7 @@ class PermitGate:
                 decision = ctx.book.permit(gang, key, uid, node, ctx.clock())
                 ctx.changed(wake=False)
             rec = ctx.book.get(gang) if isinstance(decision, Allow) else None
-            addresses = gang_addresses(ctx.state.topology, rec.placement) if rec is not None else {}
+            addresses = gang_addresses(ctx.state.topology, rec.placement, rec.spec) if rec is not None else {}
         match decision:
             case None:
                 error = self._bind_all({key: (uid, node)})[key]
@@ -51,6 +51,8 @@ class PermitGate:
             case Wait(round=round_):
                 with ctx.cond:
                     outcome = self._wait(gang, key, round_)
+            case Allow(later=True):
+                outcome = self._bind_later(gang, key, uid, node, addresses.get(key))
             case Allow(round=round_, members=members):
                 self._bind_gang(gang, members, addresses)
                 with ctx.cond:
@@ -106,6 +108,19 @@ class PermitGate:
         with ctx.cond:
             ctx.book.compensated(gang, results, eviction_errors)
             ctx.changed()
+
+    def _bind_later(self, gang: str, key: str, uid: str, node: str, address: Address | None) -> Outcome:
+        """A started gang's later member: marked with its address and bound on its own; a
+        failure is its bind call's alone (its slot stays reserved for kube-scheduler's retry)."""
+        ctx = self.ctx
+        error = self._mark_all({key: (uid, BindingMark(uuid.uuid4().hex[:12], node, 1, address))})[key]
+        error = error or self._bind_all({key: (uid, node)})[key]
+        with ctx.cond:
+            outcome = ctx.book.later_bound(gang, key, uid, error, ctx.clock())
+            if outcome.kind == BOUND:
+                ctx.pods.took_bound(key)
+            ctx.changed()
+        return outcome
 
     def _mark_all(self, marks: dict[str, tuple[str, BindingMark]]) -> dict[str, str]:
         """Record the round on every member's pod at once; per member "" or the error."""

@@ -36,7 +36,7 @@ from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase
 from extender.core.gangs.preemption import Choice, Held, NoChoice, choose, without
 from extender.core.model import GangSpec, PodFacts
-from extender.core.placement.planner import home_domains
+from extender.core.placement.planner import home_domains, home_nodes
 from extender.core.verdicts import FilterVerdict
 from extender.service.context import Context
 
@@ -96,7 +96,7 @@ class GangPreemption:
         spec, members, running = self.ctx.request(rec, pod)
         if self.ctx.unsettled(spec, now):
             return []
-        homes = home_domains(self.ctx.state.topology, spec, [p.node for p in running])
+        homes = home_domains(self.ctx.state.topology, spec, home_nodes(spec, [(p.key, p.node) for p in running]))
         jobs = self.gang(rec, spec, members, sorted(rec.refused), homes, now)
         self.ctx.cond.notify_all()
         return jobs

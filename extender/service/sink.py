@@ -13,7 +13,8 @@ from extender.core.devices import ledger
 from extender.core.devices.facts import ClaimFacts, ClaimTemplateFacts, DeviceClassFacts, DraFacts, SliceFacts
 from extender.core.devices.ledger import Changes
 from extender.core.errors import NotReady
-from extender.core.model import GangRef, GroupFacts, NodeFacts, PodFacts
+from extender.core.gangs.lifecycle import RESERVED, Event
+from extender.core.model import GangRef, GangSpec, GroupFacts, NodeFacts, PodFacts
 from extender.service.context import Context
 from extender.service.preemption import GangPreemption
 
@@ -98,8 +99,30 @@ class CacheSink:
                 self.release.pod_gone(pod)
 
     def group_upserted(self, group: GroupFacts) -> None:
-        with self.ctx.cond:
-            self.ctx.groups[group.id] = group
+        ctx = self.ctx
+        with ctx.cond:
+            old = ctx.groups.get(group.id)
+            ctx.groups[group.id] = group
+            if old is not None and (old.declarations, old.problems) == (group.declarations, group.problems):
+                return
+            # A gang planned before its group object was seen (its watch lags the pods'), or
+            # planned by one it since changed: held to the old request (a leader waiting at bind
+            # for workers its controller makes only after it, a size too small) until its
+            # timeout. Planned again now instead.
+            changed = False
+            for rec in ctx.book.records():
+                pod = next((p for p in ctx.pods.pending_of(rec.key) if p.gang.group_id == group.id), None) \
+                    if rec.phase in RESERVED and rec.spec is not None else None
+                if pod is None or rec.spec is None:
+                    continue
+                spec, _, _ = ctx.request(rec, pod)
+                if _asks(spec) != _asks(rec.spec):
+                    reason = verdicts.group_changed(rec.key, group.key, rec.spec.min_member, spec.min_member,
+                                                    rec.spec.lead_size, spec.lead_size)
+                    ctx.book.unreserve(rec, Event.RETRY, reason)
+                    changed = True
+            if changed:
+                ctx.changed()
 
     def group_deleted(self, group: GroupFacts) -> None:
         with self.ctx.cond:
@@ -183,3 +206,9 @@ class CacheSink:
         if filtering:
             ctx.ports.events.event(pod, "GPUsNotSized", verdicts.not_sized(problem))
         return replace(pod, gang=GangRef(pod.key, False), gpus=0)
+
+
+def _asks(spec: GangSpec) -> tuple[object, ...]:
+    """What a gang's plan follows from its request (not its members, not its timeout)."""
+    return (spec.min_member, spec.lead_size, spec.required, spec.preferred, spec.slice_size, spec.slice_level,
+            spec.invalid)

@@ -12,7 +12,7 @@ from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.lone import best_fit_scores, filter_single, filter_unreadable, planned_scores, vet_victims
 from extender.core.model import PodFacts
-from extender.core.placement.planner import home_domains
+from extender.core.placement.planner import home_domains, home_nodes
 from extender.core.verdicts import FilterVerdict
 from extender.service.context import Context
 from extender.service.gate import PermitGate
@@ -90,7 +90,7 @@ class Verbs:
         # fails something railyard does not model (host ports, volumes, pod affinity...).
         sent = set(node_names)
         refused = [n for n in topo.names if n not in sent] if len(sent) < len(topo.names) else []
-        homes = home_domains(topo, spec, [p.node for p in running])
+        homes = home_domains(topo, spec, home_nodes(spec, [(p.key, p.node) for p in running]))
         ctx.book.reserve(rec, spec, now, refused, homes)
         ctx.ports.observer.plan_seconds(time.perf_counter() - started)
 

@@ -19,7 +19,7 @@ from extender.core.devices.facts import DraFacts
 from extender.core.devices.ledger import DeviceLedger, problems as dra_problems
 from extender.core.gangs import gangspec
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Phase
-from extender.core.model import Address, GroupFacts, LevelChoice, NodeFacts, PodFacts
+from extender.core.model import Address, GangRef, GangSpec, GroupFacts, LevelChoice, NodeFacts, PodFacts
 from extender.core.placement.address import addresses
 from extender.core.placement.planner import NoPlacement, Placement, domain_fits, plan
 from extender.service.answers import Explanation, GangAnswer, GangChange, GangView, Slices
@@ -51,8 +51,9 @@ def slices_of(topo: Topology, placement: Placement | None) -> Slices | None:
     return Slices(rule.size, topo.level_key(rule.level), count)
 
 
-def ranks_of(topo: Topology, placement: Placement | None) -> tuple[Address, ...]:
-    return tuple(addresses(topo, placement)) if placement is not None else ()
+def ranks_of(topo: Topology, placement: Placement | None, spec: GangSpec | None = None) -> tuple[Address, ...]:
+    """The members' addresses; a replacement round's with their ranks in the whole gang (``spec``)."""
+    return tuple(addresses(topo, placement, spec)) if placement is not None else ()
 
 
 def by_gang(pods: Iterable[PodFacts]) -> dict[str, list[PodFacts]]:
@@ -157,9 +158,27 @@ def debug_gangs(ctx: Context, now: float) -> list[GangView]:
             deadline_in_seconds=round(rec.deadline - now, 1) if rec.deadline and rec.phase in HOLDING else None,
             reason=rec.reason,
             slices=slices_of(topo, rec.placement),
-            ranks=ranks_of(topo, rec.placement),
+            ranks=ranks_of(topo, rec.placement, rec.spec),
+            origin=_gang_origin(ctx, rec.key),
         ))
     return out
+
+
+def origin(spec: GangSpec, ref: GangRef) -> str:
+    """Which workload a gang came from and where its size was read, e.g. ``JobSet ml/train
+    attempt 1: size 32 from JobSet ml/train spec.replicatedJobs (workers 4 x 8 pods)``."""
+    if not spec.size_from:
+        return f"{ref.workload}: size not declared, the members seen ({len(spec.members)} now)" if ref.workload else ""
+    size = f"size {spec.min_member} from {spec.size_from}"
+    return f"{ref.workload}: {size}" if ref.workload else size
+
+
+def _gang_origin(ctx: Context, key: str) -> str:
+    pods = ctx.pods.pending_of(key) or ctx.pods.bound_pods(key)
+    if not pods:
+        return ""
+    spec = gangspec.build(key, pods, gangspec.group_of(ctx.groups, pods[0]), ctx.settings.gangs.default_timeout_seconds)
+    return origin(spec, pods[0].gang)
 
 
 def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
@@ -177,7 +196,7 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
     topo = ctx.state.topology
     out = Explanation(pod=pod_key, gang=gang, phase=Phase.PENDING.value if pending is not None else "bound",
                       reason="", plan={}, min_member=0, at_bind=0, deadline_in_seconds=0.0, pods=0, level="",
-                      fit=(), slices=None, ranks=())
+                      fit=(), slices=None, ranks=(), origin=_gang_origin(ctx, gang) if pod.gang.named else "")
     if rec is not None:
         holding = rec.phase in HOLDING
         out = replace(out, phase=rec.phase.value, reason=rec.reason, min_member=rec.min_member,
@@ -188,7 +207,7 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
             out = replace(out, deadline_in_seconds=round(max(rec.deadline - now, 0.0), 1))
         if rec.placement is not None and (holding or rec.phase == Phase.BOUND):
             # Held or bound: the addresses its members were (or will be) bound with.
-            out = replace(out, slices=slices_of(topo, rec.placement), ranks=ranks_of(topo, rec.placement))
+            out = replace(out, slices=slices_of(topo, rec.placement), ranks=ranks_of(topo, rec.placement, rec.spec))
     if not members:
         return out
     gangs = ctx.settings.gangs

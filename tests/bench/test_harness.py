@@ -76,6 +76,22 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
         assert (out / png).read_bytes()[:4] == b"\x89PNG", png
     # Arm B runs railyard: gangs bind whole, so no gang is left partly bound at the end.
     assert doc["arms"]["B"]["gangs"]["partly_bound"] == 0
+    # Issue 21: one run (quick), its arms and ratios kept; process CPU, switches, attempts, load.
+    assert [r["run"] for r in doc["runs"]] == [1] and doc["runs"][0]["ratios"] == doc["ratios"]
+    assert doc["ratios"]["process_only_railyard_vs_default"] > 0
+    for arm in ("A", "B", "C", "D"):
+        a = doc["arms"][arm]
+        assert a["process_cpu_ms_per_pod"] > 0 and a["cpu"]["arm"]["other_cores"] is not None, arm
+        assert a["ctx_switches_per_pod"]["kube-scheduler"]["voluntary"] > 0, arm
+        assert a["scheduler_attempts_per_pod"]["scheduled"] > 0, arm
+    assert doc["arms"]["B"]["ctx_switches_per_pod"]["railyard"]["voluntary"] > 0
+    # Gang members have a profile of their own in every arm but D: attempts per member there.
+    for arm in ("A", "B", "C"):
+        assert doc["arms"][arm]["scheduler_attempts_per_gang_member"]["scheduled"] > 0, arm
+        assert set(doc["arms"][arm]["scheduler_attempts_by_profile"]) >= {"railyard", "default-scheduler"} - \
+            ({"default-scheduler"} if arm == "B" else set()), arm
+    assert doc["arms"]["D"]["scheduler_attempts_per_gang_member"] is None
+    assert "## Runs" in report and "context switches/pod kube-scheduler" in report
 
 
 DRAWING = topotext.parse("""

@@ -37,8 +37,9 @@ def test_a_gang_member_in_arm_d_is_a_ranked_kueue_pod_group_member_with_its_leve
         "network.topology.nvidia.com/accelerator"
     unasked = arms.pod(workload.Job("g9", "gang", 2, 4, 0.0, None), 0, arms.ARMS["D"])["metadata"]["annotations"]
     assert not {k for k in unasked if k.startswith("kueue.x-k8s.io/podset-")}
-    # The rest of the pod is what every arm gets.
+    # The rest of the pod is what every arm gets, but the gang members' profile (A's: arms.GANG_PROFILE).
     same = arms.pod(gang, 2, arms.ARMS["A"])
+    assert same["spec"].pop("schedulerName") == arms.GANG_PROFILE
     assert pod["spec"] == same["spec"] and pod["metadata"]["name"] == same["metadata"]["name"]
 
 

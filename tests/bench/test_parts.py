@@ -88,9 +88,20 @@ def test_b_sends_single_pods_to_the_sampled_profile_and_b100_does_not():
 
     single, gang = Job("s0", "single", 1, 1, 0.0, None), Job("g0", "gang", 2, 8, 0.0, None)
     assert arms.pod(single, 0, arms.ARMS["B"])["spec"]["schedulerName"] == "railyard-sampled"
-    assert "schedulerName" not in arms.pod(gang, 0, arms.ARMS["B"])["spec"]  # every node, as planned
-    for name in ("A", "A100", "B100", "C"):
+    for name in ("A", "A100", "B100", "C", "D"):
         assert "schedulerName" not in arms.pod(single, 0, arms.ARMS[name])["spec"]
+    # Gang members name the reference's profile for gangs (every node, as planned), D's the default.
+    for name in ("A", "A100", "B", "B100", "C"):
+        assert arms.pod(gang, 0, arms.ARMS[name])["spec"]["schedulerName"] == "railyard"
+    assert "schedulerName" not in arms.pod(gang, 0, arms.ARMS["D"])["spec"]
+    # The profile exists in every configuration those arms run: the stock one without the
+    # extender (A's template, C's generated one), the reference's with it.
+    for url in (None, "http://127.0.0.1:1/scheduler"):
+        (railyard,) = [p for p in localconfig.scheduler_config(Path("k"), url)["profiles"]
+                       if p["schedulerName"] == arms.GANG_PROFILE]
+        assert railyard.get("percentageOfNodesToScore") is None  # the global value: 100, or A's default
+    assert [p["schedulerName"] for p in arms.scheduler_config(arms.ARMS["A"])["profiles"]] == \
+        ["default-scheduler", "railyard"]
     # The profile exists in the configuration B runs, with kube-scheduler's adaptive sample.
     generated = localconfig.scheduler_config(Path("kubeconfig"), "http://127.0.0.1:1/scheduler")
     (sampled,) = [p for p in generated["profiles"] if p["schedulerName"] == "railyard-sampled"]

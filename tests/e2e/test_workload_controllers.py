@@ -2,8 +2,8 @@
 
 One cluster with the extender and all three controllers (``cluster up --with-jobset --with-lws
 --with-trainer``; kube-controller-manager makes the pods of their Jobs and StatefulSets). These
-are smoke tests of the controllers on the local cluster, without railyard's gang semantics:
-every pod here reaches railyard as a gang of one and is bound on its own. What they pin down
+are smoke tests of the controllers on the local cluster; railyard's gangs of these workloads are
+tested in ``test_workload_gangs.py`` (docs/workloads.md). What they pin down
 are the labels and annotations each controller writes on the pods it makes, at the pinned
 versions, as the API server returns them: the facts railyard's gang detection builds on.
 ``pytest -s`` prints each controller's keys as observed.

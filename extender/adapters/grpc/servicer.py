@@ -133,7 +133,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
             pod=got.pod, gang=got.gang, phase=got.phase, reason=got.reason, plan=dict(got.plan),
             min_member=got.min_member, quorum=got.min_member, at_bind=got.at_bind,
             deadline_in_seconds=got.deadline_in_seconds, pods=got.pods, level=got.level, fit=fit,
-            ranks=_ranks(got.ranks), slices=_slices(got.slices))
+            ranks=_ranks(got.ranks), slices=_slices(got.slices), origin=got.origin)
 
     def WatchGangs(self, request: pb.WatchGangsRequest, context: grpc.ServicerContext) -> Iterator[pb.GangEvent]:
         changes: queue.SimpleQueue[GangChange | None] = queue.SimpleQueue()

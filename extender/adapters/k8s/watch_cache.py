@@ -16,7 +16,8 @@ Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed``, as kube-
 does: a pod that finishes arrives as ``pod_deleted`` (its GPUs are free) carrying its last
 matching state (phase Running, not Succeeded: that is what the API server sends), and the
 cache never holds finished pods. Each convention's group object (``kubeobjects.GROUP_APIS``:
-scheduler-plugins, Kubernetes, Volcano and KAI PodGroups) is watched only while its API is
+scheduler-plugins, Kubernetes, Volcano and KAI PodGroups; JobSets, LeaderWorkerSets and Jobs
+labelled ``railyard.io/gang=true``, for the workload kinds switched on) is watched only while its API is
 served: until then (a CRD not installed, a beta API not enabled) the kind counts as listed with
 no objects and its API is looked up again every ``podgroup_recheck`` seconds, so a CRD installed
 later is picked up; an API that goes away is listed as empty and rechecked the same way. The DRA
@@ -69,13 +70,15 @@ class Resource:
     kind: str
     path: str
     field_selector: str = ""
+    label_selector: str = ""
     api: str = ""
     """Discovery path of the API serving this kind, when it may be absent (a CRD)."""
 
 
 NODES = Resource("nodes", "/api/v1/nodes")
 PODS = Resource("pods", "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed")
-GROUPS = tuple(Resource(g.kind, f"/apis/{g.api_version}/podgroups", api=f"/apis/{g.api_version}")
+GROUPS = tuple(Resource(g.kind, f"/apis/{g.api_version}/{g.plural}", label_selector=g.label_selector,
+                        api=f"/apis/{g.api_version}")
                for g in GROUP_APIS)
 PODGROUPS = GROUPS[0]
 """scheduler-plugins PodGroups (``scheduling.x-k8s.io/v1alpha1``)."""
@@ -89,6 +92,12 @@ RESOURCES = (NODES, PODS, *GROUPS, *DRA_RESOURCES)
 KINDS = tuple(r.kind for r in RESOURCES)
 """Every kind the cache lists: what the service waits for before it plans a gang."""
 _GROUP_KINDS = frozenset(r.kind for r in GROUPS)
+_WORKLOAD_OF = {g.kind: g.workload for g in GROUP_APIS}
+
+
+def resources_for(workloads: tuple[str, ...]) -> tuple[Resource, ...]:
+    """Every kind the cache lists, less the workload objects of kinds switched off."""
+    return tuple(r for r in RESOURCES if not _WORKLOAD_OF.get(r.kind) or _WORKLOAD_OF[r.kind] in workloads)
 
 
 def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFacts | GroupFacts | DraFacts:
@@ -218,6 +227,8 @@ class WatchCache:
             query: list[tuple[str, Any]] = [("limit", self.page_size)]
             if r.field_selector:
                 query.append(("fieldSelector", r.field_selector))
+            if r.label_selector:
+                query.append(("labelSelector", r.label_selector))
             if cont:
                 query.append(("continue", cont))
             page = self.api.json("GET", r.path, query=query, timeout=(10, 120))
@@ -245,6 +256,8 @@ class WatchCache:
                                         ("allowWatchBookmarks", "true"), ("timeoutSeconds", self.watch_timeout)]
         if r.field_selector:
             query.append(("fieldSelector", r.field_selector))
+        if r.label_selector:
+            query.append(("labelSelector", r.label_selector))
         # The server ends the watch after timeoutSeconds and sends a bookmark about once a
         # minute, so a read silent for much longer than that means a dead connection.
         resp = self.api.request("GET", r.path, query=query, timeout=(10, self.watch_timeout + 60))

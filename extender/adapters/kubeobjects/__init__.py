@@ -12,6 +12,8 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     resources.py  effective requests and allocatable, quantities bounded
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
     groups.py     each convention's group object -> GroupFacts; the precedence table
+    workloads.py  gangs found from the workload that made the pods (JobSet, LeaderWorkerSet,
+                  an Indexed Job that opts in, TrainJob through its JobSet)
     dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
     notes.py      a gang member's address -> the annotations railyard writes on its pod
     fields.py     defensive accessors
@@ -19,7 +21,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from extender.adapters.kubeobjects.dra import (
     claim_template_facts,
@@ -51,34 +53,39 @@ from extender.adapters.kubeobjects.pods import (
 )
 from extender.adapters.kubeobjects.placement import tolerations
 from extender.adapters.kubeobjects.resources import MARKER
+from extender.adapters.kubeobjects.workloads import KINDS as WORKLOAD_KINDS
 from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
-    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GATE", "GROUP_APIS", "MARKER", "MEMBERSHIP", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "binding_annotations", "binding_mark", "detect_levels", "explicit_levels", "gang_ref",
+    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GATE", "GROUP_APIS", "MARKER", "MEMBERSHIP",
+    "PRESETS", "RANKS", "SCHEME", "Translator", "WORKLOAD_KINDS", "binding_annotations", "binding_mark", "detect_levels",
+    "explicit_levels", "gang_ref",
     "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]
 
 
 class Translator:
-    """Kubernetes objects to facts, for one GPU resource name (setting placement.gpu_resource)
-    and one mapping of Volcano's HyperNode tiers to levels (placement.volcano_tiers)."""
+    """Kubernetes objects to facts, for one GPU resource name (setting placement.gpu_resource),
+    one mapping of Volcano's HyperNode tiers to levels (placement.volcano_tiers) and the
+    workload kinds switched on (settings.workloads, ``WORKLOAD_KINDS``)."""
 
-    def __init__(self, gpu_resource: str, volcano_tiers: Sequence[str] = ()) -> None:
+    def __init__(self, gpu_resource: str, volcano_tiers: Sequence[str] = (),
+                 workloads: Iterable[str] = WORKLOAD_KINDS) -> None:
         self.gpu_resource = gpu_resource
         self.volcano_tiers = tuple(volcano_tiers)
+        self.workloads = frozenset(workloads)
 
     def node(self, obj: Mapping[str, Any]) -> NodeFacts:
         return node_facts(obj, self.gpu_resource)
 
     def pod(self, obj: Mapping[str, Any]) -> PodFacts:
-        return pod_facts(obj, self.gpu_resource)
+        return pod_facts(obj, self.gpu_resource, self.workloads)
 
     def group(self, obj: Mapping[str, Any], kind: str | None = None) -> GroupFacts:
         """A group object of ``kind`` (``GROUP_APIS``), or of the kind its apiVersion names."""
-        return podgroup_facts(obj, kind, self.volcano_tiers)
+        return podgroup_facts(obj, kind, self.volcano_tiers, self.workloads)
 
     def dra(self, kind: str, obj: Mapping[str, Any]) -> DraFacts:
         """A ``resource.k8s.io`` object of ``kind`` (``DeviceClass``, ``ResourceSlice``,

@@ -36,12 +36,14 @@ import yaml
 
 from extender.adapters.kubeobjects.pods import GATE, MEMBERSHIP
 from extender.adapters.kubeobjects.resources import MARKER
+from extender.adapters.kubeobjects.workloads import LABELS as WORKLOAD_LABELS
 
 POLICY_NAME = "railyard-gang-members"
 
 
 def member_condition() -> str:
-    """CEL: the pod names a gang, by any row of ``MEMBERSHIP`` (a non-empty value)."""
+    """CEL: the pod names a gang, by any row of ``MEMBERSHIP`` (a non-empty value), or belongs to
+    a workload's gang (``workloads.LABELS``: every label of a row present)."""
     terms = []
     for where, key, _ in MEMBERSHIP:
         if where == "field":
@@ -55,6 +57,9 @@ def member_condition() -> str:
             field = {"label": "labels", "annotation": "annotations"}[where]
             m = f"object.metadata.{field}"
             terms.append(f"(has({m}) && {json.dumps(key)} in {m} && {m}[{json.dumps(key)}] != '')")
+    for _, keys in WORKLOAD_LABELS:
+        terms.append("(has(object.metadata.labels) && "
+                     + " && ".join(f"{json.dumps(k)} in object.metadata.labels" for k in keys) + ")")
     return " ||\n".join(terms)
 
 
@@ -95,7 +100,9 @@ def policy_objects(scheduler_names: Sequence[str], gpu_resource: str) -> list[di
             # Fail: a member created without its marker would be bound one pod at a time by
             # kube-scheduler alone; refused, its controller creates it again.
             "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
+            # IfNeeded: run again after a mutating webhook changed the pod (LeaderWorkerSet's adds
+            # the group-key label the match reads); the mutation is idempotent.
+            "reinvocationPolicy": "IfNeeded",
             "matchConditions": [
                 {"name": "railyard-scheduler", "expression": f"object.spec.schedulerName in {names}"},
                 # A pod created bound (spec.nodeName) may not carry scheduling gates.

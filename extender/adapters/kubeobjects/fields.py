@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+RAILYARD, GROUP, OTHER = 0, 1, 2
+"""Precedences of what pods and group objects declare, lowest wins: railyard's own annotations,
+the group object, other annotations (groups.py has the whole table)."""
+
 
 def dict_at(obj: Any, key: str) -> dict[str, Any]:
     value = obj.get(key) if isinstance(obj, dict) else None

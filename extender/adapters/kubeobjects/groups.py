@@ -21,8 +21,14 @@ disagree at the winning precedence are a problem of the gang (``core.gangs.gangs
                          (required); soft mode asks for nothing railyard does not do anyway
       KAI                scheduling.run.ai/v2alpha2 PodGroup: spec.minMember (size),
                          spec.topologyConstraint.requiredTopologyLevel / preferredTopologyLevel
-  2 OTHER     pod annotations of a convention without a group object (Kueue):
-              kueue.x-k8s.io/pod-group-total-count (size), kueue.x-k8s.io/podset-required-topology,
+      JobSet             jobset.x-k8s.io/v1alpha2: sum of replicas x min(parallelism, completions)
+                         (size; none with dependsOn), Jobs placed exclusively by affinity (leads)
+      LeaderWorkerSet    leaderworkerset.x-k8s.io/v1: spec.startupPolicy LeaderReady or
+                         exclusive-topology (1 lead)
+      Job                batch/v1, labelled railyard.io/gang=true: min(parallelism, completions)
+  2 OTHER     pod annotations of a convention without a group object (Kueue), or of a workload:
+              leaderworkerset.sigs.k8s.io/size (size), leaderworkerset.sigs.k8s.io/exclusive-topology
+              (1 lead), kueue.x-k8s.io/pod-group-total-count (size), kueue.x-k8s.io/podset-required-topology,
               kueue.x-k8s.io/podset-preferred-topology, kueue.x-k8s.io/podset-slice-size,
               kueue.x-k8s.io/podset-slice-required-topology
   nowhere     size: the members seen, planned once none is new for gangs.settle_seconds;
@@ -39,16 +45,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from extender.adapters.kubeobjects.fields import dict_at, list_at, str_at
+from extender.adapters.kubeobjects.fields import GROUP, OTHER, RAILYARD, dict_at, list_at, str_at
+from extender.adapters.kubeobjects.workloads import (
+    GANG_OPT_IN,
+    JOBS,
+    JOBSETS,
+    KINDS,
+    LEADERWORKERSETS,
+    TRAINJOBS,
+    job_group,
+    jobset_group,
+    leaderworkerset_group,
+)
 from extender.core.model import MIN_MEMBER, PREFERRED, REQUIRED, TIMEOUT, Declaration, GroupFacts
 
-RAILYARD, GROUP, OTHER = 0, 1, 2
-"""Precedences, lowest wins: railyard's own annotations, the group object, other annotations."""
 
 SCHEDULER_PLUGINS = "podgroups"
 KUBERNETES = "podgroups.scheduling.k8s.io"
 VOLCANO = "podgroups.scheduling.volcano.sh"
 KAI = "podgroups.scheduling.run.ai"
+TRAINER_GROUP = "trainer.kubeflow.org/"
+"""Kubeflow Trainer v2's API group (trainer@v2.3.0 pkg/apis/trainer/v1alpha1)."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +78,17 @@ class GroupApi:
     title: str
     """How reasons name an object of this kind: ``<title> <ns>/<name> <field>``."""
     read: Callable[[str, Mapping[str, Any], Sequence[str]], tuple[list[Declaration], list[str]]]
-    """(``<title> <ns>/<name>``, spec, placement.volcano_tiers) -> (declarations, problems)."""
+    """(``<title> <ns>/<name>``, the object, placement.volcano_tiers) -> (declarations, problems)."""
+    plural: str = "podgroups"
+    """The resource's name in its API's path."""
+    label_selector: str = ""
+    """Only objects that match it are watched (an opt-in label)."""
+    workload: str = ""
+    """The ``workloads.KINDS`` name that switches the kind on; empty: always on."""
 
 
-def _scheduler_plugins(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
+def _scheduler_plugins(where: str, obj: Mapping[str, Any], tiers: Sequence[str]):
+    spec = dict_at(obj, "spec")
     declared = []
     if spec.get("minMember") is not None:
         declared.append(Declaration(MIN_MEMBER, f"{where} spec.minMember", spec["minMember"], GROUP))
@@ -74,7 +98,8 @@ def _scheduler_plugins(where: str, spec: Mapping[str, Any], tiers: Sequence[str]
     return declared, []
 
 
-def _kubernetes(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
+def _kubernetes(where: str, obj: Mapping[str, Any], tiers: Sequence[str]):
+    spec = dict_at(obj, "spec")
     declared, problems = [], []
     gang = dict_at(dict_at(spec, "schedulingPolicy"), "gang")
     if gang.get("minCount") is not None:
@@ -90,7 +115,8 @@ def _kubernetes(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
     return declared, problems
 
 
-def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]) -> tuple[list[Declaration], list[str]]:
+def _volcano(where: str, obj: Mapping[str, Any], tiers: Sequence[str]) -> tuple[list[Declaration], list[str]]:
+    spec = dict_at(obj, "spec")
     declared: list[Declaration] = []
     problems: list[str] = []
     if spec.get("minMember") not in (None, 0):  # Volcano's minMember 0 asks for no gang
@@ -118,7 +144,8 @@ def _volcano(where: str, spec: Mapping[str, Any], tiers: Sequence[str]) -> tuple
     return declared, problems
 
 
-def _kai(where: str, spec: Mapping[str, Any], tiers: Sequence[str]):
+def _kai(where: str, obj: Mapping[str, Any], tiers: Sequence[str]):
+    spec = dict_at(obj, "spec")
     declared = []
     if spec.get("minMember") is not None:
         declared.append(Declaration(MIN_MEMBER, f"{where} spec.minMember", spec["minMember"], GROUP))
@@ -134,20 +161,40 @@ GROUP_APIS = (
     GroupApi(KUBERNETES, "scheduling.k8s.io/v1beta1", "Kubernetes PodGroup", _kubernetes),
     GroupApi(VOLCANO, "scheduling.volcano.sh/v1beta1", "Volcano PodGroup", _volcano),
     GroupApi(KAI, "scheduling.run.ai/v2alpha2", "KAI PodGroup", _kai),
+    GroupApi(JOBSETS, "jobset.x-k8s.io/v1alpha2", "JobSet", lambda where, obj, _: jobset_group(where, obj),
+             plural="jobsets", workload=JOBSETS),
+    GroupApi(LEADERWORKERSETS, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet",
+             lambda where, obj, _: leaderworkerset_group(where, obj), plural="leaderworkersets",
+             workload=LEADERWORKERSETS),
+    GroupApi(JOBS, "batch/v1", "Job", lambda where, obj, _: job_group(where, obj), plural="jobs",
+             label_selector=f"{GANG_OPT_IN}=true", workload=JOBS),
 )
-"""Every group object railyard reads; each is watched only while its API is served."""
+"""Every group object railyard reads; each is watched only while its API is served (and its
+workload kind is switched on)."""
 BY_KIND = {g.kind: g for g in GROUP_APIS}
 BY_API_VERSION = {g.api_version: g for g in GROUP_APIS}
 
 
-def podgroup_facts(pg: Mapping[str, Any], kind: str | None = None, volcano_tiers: Sequence[str] = ()) -> GroupFacts:
+def podgroup_facts(pg: Mapping[str, Any], kind: str | None = None, volcano_tiers: Sequence[str] = (),
+                   kinds: frozenset[str] = frozenset(KINDS)) -> GroupFacts:
     """A group object of ``kind`` (a ``GROUP_APIS`` kind), or of the kind its apiVersion names
     (a file given to ``railyard plan``; no apiVersion: scheduler-plugins). An object of an API
-    railyard does not read gets kind ``<apiVersion>``, which no pod names."""
+    railyard does not read gets kind ``<apiVersion>``, which no pod names.
+
+    A PodGroup that Kubeflow Trainer made for a TrainJob (owned by it) has its size dropped
+    (workload kind ``trainjobs``): it counts the initializer pods, which finish before the
+    trainer pods exist, so it could never be reached; the gang is then sized as it settles."""
     api = BY_KIND.get(kind) if kind else BY_API_VERSION.get(str_at(pg, "apiVersion") or GROUP_APIS[0].api_version)
     meta = dict_at(pg, "metadata")
     key = f"{str_at(meta, 'namespace') or 'default'}/{str_at(meta, 'name')}"
     if api is None:
         return GroupFacts(key, kind=kind or str_at(pg, "apiVersion"))
-    declared, problems = api.read(f"{api.title} {key}", dict_at(pg, "spec"), tuple(volcano_tiers))
+    declared, problems = api.read(f"{api.title} {key}", pg, tuple(volcano_tiers))
+    if TRAINJOBS in kinds and _owned_by_trainjob(meta):
+        declared = [d for d in declared if d.role != MIN_MEMBER]
     return GroupFacts(key, tuple(declared), api.kind, tuple(problems))
+
+
+def _owned_by_trainjob(meta: Mapping[str, Any]) -> bool:
+    return any(str_at(o, "kind") == "TrainJob" and str_at(o, "apiVersion").startswith(TRAINER_GROUP)
+               for o in list_at(meta, "ownerReferences"))

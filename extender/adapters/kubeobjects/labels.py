@@ -29,9 +29,10 @@ reported, never mixed into its path.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping, Sequence
 
-from extender.core.model import Level, LevelChoice, NodeFacts
+from extender.core.model import FABRIC_LEVEL, Level, LevelChoice, NodeFacts
 
 CLIQUE = "nvidia.com/gpu.clique"
 CLIQUE_CLUSTER = "nvidia.com/gpu.clique:cluster"
@@ -139,21 +140,68 @@ def explicit_levels(keys: Sequence[str]) -> LevelChoice:
     return LevelChoice(tuple(levels), None, tuple(problems))
 
 
+UNLABELLED = "unlabelled"
+"""The pool of nodes that carry no known topology labels, in a cluster of several fabrics."""
+
+
+def fabric_of(labels: Mapping[str, str]) -> str:
+    """The node pool a node's labels put it in: its switch-tree preset (the newest Topograph
+    first), with the number of fabric tiers for Topograph v1 (tiers count from the node, so two
+    depths are two trees); else ``clique`` or ``rail-group`` alone; else ``UNLABELLED``. Pre-v1
+    Topograph is one pool, ``topograph``, whichever of its two schemes (a node with only the keys
+    they share fits both; the pool's majority decides, as for a whole cluster)."""
+    found, _ = _classify(labels)
+    tree = next((p for p in PRESETS if p not in _ADDED and p in found), None)
+    if tree == "topograph-v1":
+        tiers = 1 + max(int(m.group(1)) for k in labels if (m := _TOPOGRAPH_V1_TIER.match(k)))
+        return f"topograph-v1-{tiers}-tiers"
+    if tree == "topograph-v0.1":
+        return "topograph"
+    return tree or next((p for p in _ADDED if p in found), UNLABELLED)
+
+
 def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
-    """Pick the levels from the labels nodes carry, with one preset for the switch tree.
+    """Pick the levels from the labels nodes carry.
+
+    One fabric (every labelled node of one switch-tree preset, and one depth of Topograph v1
+    tiers): that preset's levels, as before. Several: the broadest level is ``FABRIC_LEVEL``,
+    one domain per pool (``fabric_of``, as ``NodeFacts.fabric`` says), then each pool's own
+    levels, tagged with it (``Level.fabric``), so each pool is planned on its own tree. (The
+    node translator stamps the same ``fabric_of`` on each ``NodeFacts``.)
+    ``nvidia.com/gpu.clique`` adds the NVLink levels under any switch tree that has none of
+    its own.
+    """
+    pools: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        pools.setdefault(fabric_of(node.labels), []).append(i)
+    known = {p: idx for p, idx in pools.items() if p != UNLABELLED}
+    if len(known) < 2:
+        return _tree(nodes, range(len(nodes)))
+    order = sorted(pools, key=lambda p: (p == UNLABELLED, -len(pools[p]), p))
+    levels: list[Level] = [Level(FABRIC_LEVEL, "fabric")]
+    problems = [f"{len(order)} fabrics, each planned on its own tree; a gang never spans two: "
+                + ", ".join(f"{p} ({len(pools[p])} node(s), e.g. {nodes[pools[p][0]].name})" for p in order)]
+    for pool in order:
+        choice = _tree(nodes, pools[pool])
+        levels += [replace(lvl, fabric=pool) for lvl in choice.levels]
+        problems += [f"pool {pool}: {text}" for text in choice.problems
+                     if not text.startswith("no known topology labels")]
+    return LevelChoice(tuple(levels), "fabrics", tuple(problems))
+
+
+def _tree(nodes: Sequence[NodeFacts], among: Sequence[int]) -> LevelChoice:
+    """The levels of the nodes ``among``, with one preset for the switch tree.
 
     The preset carried by the most nodes wins (ties: the order of PRESETS, newest Topograph
     first); nodes that carry another switch-tree preset instead are reported, not merged.
-    ``nvidia.com/gpu.clique`` adds the NVLink levels under any switch tree that has none of
-    its own.
     """
     def name(i: int) -> str:
         return nodes[i].name or "?"
 
     carriers: dict[str, list[int]] = {}
     stale: dict[str, list[int]] = {}
-    for i, node in enumerate(nodes):
-        found, old = _classify(node.labels)
+    for i in among:
+        found, old = _classify(nodes[i].labels)
         for preset in found:
             carriers.setdefault(preset, []).append(i)
         if old:
@@ -181,7 +229,7 @@ def detect_levels(nodes: Sequence[NodeFacts]) -> LevelChoice:
                     f"{len(idx)} node(s) carry {other} labels instead (e.g. {name(idx[0])}); "
                     f"using {primary}; set --levels to choose"
                 )
-        if without := [i for i in range(len(nodes)) if i not in mine]:
+        if without := [i for i in among if i not in mine]:
             problems.append(f"{len(without)} node(s) carry no {primary} labels (e.g. {name(without[0])})")
         for value in dict.fromkeys(lvl.missing for lvl in levels if lvl.missing):
             at = [lvl.key for lvl in levels if lvl.missing == value]
@@ -206,7 +254,7 @@ class _Scheme:
         return detect_levels(nodes)
 
     def schemes_of(self, node: NodeFacts) -> frozenset[str]:
-        return frozenset(_classify(node.labels)[0])
+        return frozenset(_classify(node.labels)[0]) | {fabric_of(node.labels)}
 
     def explicit(self, keys: Sequence[str]) -> LevelChoice:
         return explicit_levels(keys)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.fields import dict_at, labels_of, list_at, str_at
+from extender.adapters.kubeobjects.labels import fabric_of
 from extender.adapters.kubeobjects.resources import node_allocatable
 from extender.core.model import NodeFacts, Taint
 
@@ -21,9 +22,11 @@ def node_facts(node: Mapping[str, Any], gpu_resource: str) -> NodeFacts:
         if isinstance(t, dict)
     )
     gpus, allocatable = node_allocatable(node, gpu_resource)
+    labels = labels_of(node)
     return NodeFacts(
         name=str_at(meta, "name"),
-        labels=labels_of(node),
+        labels=labels,
+        fabric=fabric_of(labels),
         gpus=gpus,
         unschedulable=spec.get("unschedulable") is True,
         ready=ready,

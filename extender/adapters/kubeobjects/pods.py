@@ -13,6 +13,13 @@ from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYAR
 from extender.adapters.kubeobjects.notes import address_annotations
 from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
+from extender.adapters.kubeobjects.workloads import (
+    KINDS,
+    attempt_of,
+    is_lead,
+    workload_declarations,
+    workload_ref,
+)
 from extender.core.model import (
     MIN_MEMBER,
     PREEMPT_LOWER,
@@ -40,13 +47,14 @@ MEMBERSHIP = (
 )
 """How a pod names its gang, and so which group object it reads."""
 RANKS = (
-    ("jobset.sigs.k8s.io/job-index", "batch.kubernetes.io/job-completion-index"),
+    # job-global-index, not job-index: job-index restarts at 0 in each replicatedJob.
+    ("jobset.sigs.k8s.io/job-global-index", "batch.kubernetes.io/job-completion-index"),
     ("batch.kubernetes.io/job-completion-index",),
-    ("training.kubeflow.org/replica-index",),
+    ("training.kubeflow.org/replica-index",),  # after the master (rank())
     ("leaderworkerset.sigs.k8s.io/worker-index",),
     ("kueue.x-k8s.io/pod-group-pod-index",),
 )
-"""Rank sources, first match wins; a JobSet pod's rank is (job index, completion index)."""
+"""Rank sources, first match wins; a JobSet pod's rank is (global Job index, completion index)."""
 DECLARING_ANNOTATIONS = (
     # (annotation, role, precedence); the precedence table is in groups.py.
     ("railyard.io/min-member", MIN_MEMBER, RAILYARD),
@@ -65,19 +73,22 @@ DECLARING_ANNOTATIONS = (
 """Gang-level values a pod declares itself (``groups.py`` has the whole precedence table)."""
 
 
-def gang_ref(pod: Mapping[str, Any]) -> GangRef:
-    """``<ns>/<group>`` and the kind of group object it names, or ``<ns>/<pod>`` (not named)
-    for a pod that names no group."""
+def gang_ref(pod: Mapping[str, Any], kinds: frozenset[str] = frozenset(KINDS)) -> tuple[GangRef, tuple[str, ...]]:
+    """``<ns>/<group>`` and the kind of group object it names; else the gang of the workload
+    that made the pod (``workloads``, for the ``kinds`` switched on); else ``<ns>/<pod>`` (not
+    named). With the values that could not be read."""
     meta = dict_at(pod, "metadata")
     ns = str_at(meta, "namespace") or "default"
-    found = {"label": labels_of(pod), "annotation": annotations_of(pod),
+    labels = labels_of(pod)
+    found = {"label": labels, "annotation": annotations_of(pod),
              "field": {"spec.schedulingGroup.podGroupName":
                        str_at(dict_at(dict_at(pod, "spec"), "schedulingGroup"), "podGroupName")}}
     for where, key, kind in MEMBERSHIP:
         group = found[where].get(key)
         if group:
-            return GangRef(f"{ns}/{group}", True, kind)
-    return GangRef(f"{ns}/{str_at(meta, 'name')}", False)
+            return attempt_of(GangRef(f"{ns}/{group}", True, kind), labels, kinds)
+    ref, problems = workload_ref(labels, ns, kinds)
+    return ref or GangRef(f"{ns}/{str_at(meta, 'name')}", False), problems
 
 
 GATE = "railyard.io/gang"
@@ -115,9 +126,10 @@ def binding_mark(annotations: Mapping[str, str]) -> BindingMark | None:
     return BindingMark(r, node, size)
 
 
-def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
+def pod_facts(pod: Mapping[str, Any], gpu_resource: str, kinds: frozenset[str] = frozenset(KINDS)) -> PodFacts:
     meta, spec = dict_at(pod, "metadata"), dict_at(pod, "spec")
-    annotations = annotations_of(pod)
+    labels, annotations = labels_of(pod), annotations_of(pod)
+    gang, gang_problems = gang_ref(pod, kinds)
     gpus, requests, request_problems = pod_requests(pod, gpu_resource)
     where, where_problems = eligibility(pod, requests)
     priority, policy, priority_problems = preemption_facts(spec)
@@ -126,21 +138,23 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
         uid=str_at(meta, "uid"),
-        gang=gang_ref(pod),
+        gang=gang,
         node=str_at(spec, "nodeName"),
         phase=str_at(dict_at(pod, "status"), "phase"),
         gpus=gpus,
         rank=rank(pod),
         declarations=tuple(Declaration(role, key, annotations[key], precedence)
-                           for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations),
+                           for key, role, precedence in DECLARING_ANNOTATIONS if key in annotations)
+        + workload_declarations(labels, annotations, kinds),
         eligibility=where,
-        problems=request_problems + where_problems + priority_problems,
+        problems=gang_problems + request_problems + where_problems + priority_problems,
         binding=binding_mark(annotations),
         claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
         gated=GATE in gates,
         held_by=tuple(g for g in gates if g != GATE),
+        lead=is_lead(labels, annotations, kinds),
     )
 
 
@@ -175,10 +189,18 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
     return pod_requests(pod, gpu_resource)[0]
 
 
+KUBEFLOW_INDEX, KUBEFLOW_ROLE = "training.kubeflow.org/replica-index", "training.kubeflow.org/job-role"
+"""Kubeflow training-operator v1.9.4 (``pkg/controller.v1/common/pod.go``): each replica type
+counts its index from 0, and only the master carries ``job-role: master``."""
+
+
 def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
     labels, annotations = labels_of(pod), annotations_of(pod)
     for keys in RANKS:
         values = [labels.get(k, annotations.get(k)) for k in keys]
         if all(v is not None and v.isascii() and v.isdigit() and len(v) <= 9 for v in values):
-            return tuple(int(v) for v in values if v is not None)
+            found = tuple(int(v) for v in values if v is not None)
+            if keys == (KUBEFLOW_INDEX,):  # the master first, then the workers (their indexes restart at 0)
+                return (0 if labels.get(KUBEFLOW_ROLE) == "master" else 1, *found)
+            return found
     return None

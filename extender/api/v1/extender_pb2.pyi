@@ -214,7 +214,7 @@ class DomainFit(_message.Message):
     def __init__(self, domain: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., available_gpus: _Optional[int] = ..., fits: _Optional[int] = ..., blocked_nodes: _Optional[int] = ..., slices: _Optional[int] = ...) -> None: ...
 
 class ExplainPodResponse(_message.Message):
-    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "min_member", "at_bind", "deadline_in_seconds", "pods", "level", "fit", "ranks", "slices")
+    __slots__ = ("pod", "gang", "phase", "reason", "plan", "quorum", "min_member", "at_bind", "deadline_in_seconds", "pods", "level", "fit", "ranks", "slices", "origin")
     class PlanEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,7 @@ class ExplainPodResponse(_message.Message):
     FIT_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     SLICES_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     pod: str
     gang: str
     phase: str
@@ -250,7 +251,8 @@ class ExplainPodResponse(_message.Message):
     fit: _containers.RepeatedCompositeFieldContainer[DomainFit]
     ranks: _containers.RepeatedCompositeFieldContainer[MemberAddress]
     slices: Slices
-    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., min_member: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ...) -> None: ...
+    origin: str
+    def __init__(self, pod: _Optional[str] = ..., gang: _Optional[str] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Mapping[str, str]] = ..., quorum: _Optional[int] = ..., min_member: _Optional[int] = ..., at_bind: _Optional[int] = ..., deadline_in_seconds: _Optional[float] = ..., pods: _Optional[int] = ..., level: _Optional[str] = ..., fit: _Optional[_Iterable[_Union[DomainFit, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class WatchGangsRequest(_message.Message):
     __slots__ = ("namespace",)

@@ -3,6 +3,8 @@
 - pending: unbound, unfinished pods that ask for GPUs or name a gang, by key and by gang
   (planning a gang reads its members without scanning the cluster's pending pods);
 - bound: bound pods of named gangs, by uid and by gang (preempt, replacements);
+- done: leads (``PodFacts.lead``) that ran and Succeeded, by gang, until deleted: members of
+  their gang that need no slot again (an initializer that finished before the others existed);
 - running: every bound, unfinished pod by node and uid (who a preemption may evict);
 - seen: pods filter was called for (bind carries only names).
 
@@ -53,6 +55,8 @@ class PodIndex:
         self.forgotten = 0
         """Unshown pods forgotten so far (expired, or the oldest past a bound)."""
         self._running: dict[str, dict[str, PodFacts]] = {}
+        self._done: dict[str, dict[str, PodFacts]] = {}
+        """gang -> uid -> its leads that ran and Succeeded, until the pod is deleted."""
         self._node_of: dict[str, str] = {}
 
     # -- watch events --------------------------------------------------------------------
@@ -63,6 +67,8 @@ class PodIndex:
         self._shown(pod.key)
         if pod.finished:
             self.gone(pod, state)
+            if pod.phase == "Succeeded" and pod.node and pod.gang.named and pod.lead:
+                self._done.setdefault(pod.gang.key, {})[uid] = pod
             return
         if pod.node:
             self._unpend(pod.key)
@@ -92,6 +98,9 @@ class PodIndex:
         self.gone(pod, state)
         state.drop_slot(pod.key)
         self._unsee(pod.key)
+        done = self._done.get(pod.gang.key)
+        if done is not None and done.pop(pod.uid or pod.key, None) is not None and not done:
+            del self._done[pod.gang.key]
 
     def clear(self, state: ClusterState) -> None:
         """Before a full relist: every pod railyard knew is replaced."""
@@ -105,6 +114,7 @@ class PodIndex:
         self._unshown_bytes = 0
         self._running.clear()
         self._node_of.clear()
+        self._done.clear()
 
     # -- filter --------------------------------------------------------------------------
 
@@ -185,6 +195,10 @@ class PodIndex:
     def bound_pods(self, gang: str) -> list[PodFacts]:
         """The gang's members running on nodes (as the watch shows them)."""
         return [self._bound[uid] for uid in sorted(self._bound_by_gang.get(gang, ()))]
+
+    def done_pods(self, gang: str) -> list[PodFacts]:
+        """The gang's leads that ran and Succeeded (and still exist)."""
+        return list(self._done.get(gang, {}).values())
 
     def bound_gang_of(self, uid: str) -> str | None:
         pod = self._bound.get(uid)

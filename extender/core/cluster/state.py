@@ -12,6 +12,7 @@ Not thread-safe: the service serialises access.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Iterable, Mapping
 
@@ -373,13 +374,30 @@ class ClusterState:
             self._by_free.setdefault(self._free[i], set()).add(i)
 
 
-def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> Slot | None:
-    """Give a member created after planning one of the slots reserved for missing members."""
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> str | None:
+    """Give a member created after planning one of the slots reserved for missing members; the
+    placeholder name it took, or None."""
     res = state.reservation(gang)
     if res is None:
         return None
     for slot in res.slots:
         if slot.member.startswith(f"{gang}#") and slot.gpus == gpus:
             state.rename_slot(gang, slot.member, member)
-            return state.slot_of(member)
+            return slot.member
     return None
+
+
+def keep_bound(state: ClusterState, gang: str, members: set[str], key: str) -> tuple[Slot, ...]:
+    """Move the slots of the gang's members railyard bound to a reservation of their own
+    (``key``, held until the watch shows each pod bound or deleted, so that a next round of the
+    gang, filtered before the watch caught up, can plan); the slots left to the gang."""
+    held = state.release(gang)
+    if held is None:
+        return ()
+    bound = tuple(s for s in held.slots if s.member in members)
+    rest = tuple(s for s in held.slots if s.member not in members)
+    if bound:
+        state.reserve(Reservation(key, bound, math.inf, bound=True))
+    if rest:
+        state.reserve(Reservation(gang, rest, held.deadline))
+    return rest

@@ -14,6 +14,12 @@ Rules for imperfect labels (each reported with a count and an example, never sil
   reused in two blocks) is split: one domain per parent. Splitting can only under-promise
   locality; merging could promise an NVLink domain that is not there.
 
+Several fabrics (node pools whose labels follow different schemes or depths): the broadest
+level is ``FABRIC_LEVEL``, one domain per pool, and below it the levels of every pool's tree in
+turn. A node's value at a level of another pool's tree is ``OTHER_FABRIC``: the domain there is
+its parent's, a step passed through, never a place (``fabrics`` lists each pool's own levels;
+display paths leave the steps out).
+
 The tree is rebuilt only when the set of nodes or their labels change; capacity lives in
 ``state.ClusterState``.
 """
@@ -24,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from extender.core.model import HOST_LEVEL, Level, NodeFacts
+from extender.core.model import FABRIC_LEVEL, HOST_LEVEL, OTHER_FABRIC, Level, NodeFacts
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -44,6 +50,18 @@ class Domain:
     end: int
     """Node index range [start, end)."""
     path: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One node pool of a cluster with several fabrics: its domain at ``FABRIC_LEVEL`` (level 0)
+    and the positions of its own levels, broadest first."""
+
+    name: str
+    index: int
+    start: int
+    end: int
+    levels: tuple[int, ...]
 
 
 class Topology:
@@ -125,6 +143,13 @@ class Topology:
                 hi[d] = self.node_domain[lvl + 1][self.end[lvl][d] - 1] + 1
             self.child_lo.append(lo)
             self.child_hi.append(hi)
+        self.fabrics: tuple[Fabric, ...] = ()
+        """Empty unless the broadest level is ``FABRIC_LEVEL``."""
+        if depth and self.levels[0].key == FABRIC_LEVEL:
+            self.fabrics = tuple(
+                Fabric(path[0], d, self.start[0][d], self.end[0][d],
+                       tuple(i for i, lvl in enumerate(self.levels) if lvl.fabric == path[0]))
+                for d, path in enumerate(self.paths[0]) if path[0] is not None)
         self.problems: tuple[str, ...] = tuple(self._find_problems())
 
     # -- lookups ---------------------------------------------------------------------------
@@ -153,14 +178,21 @@ class Topology:
         level = self.levels[lvl]
         return level.name or level.key.rsplit("/", 1)[-1]
 
-    def level_index(self, key_or_name: str) -> int | None:
-        """The level a request names: a level key, its short name, or the host level."""
+    def level_index(self, key_or_name: str, fabric: Fabric | None = None) -> int | None:
+        """The level a request names: a level key, its short name, or the host level; with a
+        fabric, among that pool's levels (and the fabric level itself)."""
         if key_or_name in (HOST_LEVEL, "hostname", "node", "host"):
             return self.depth
         for i, lvl in enumerate(self.levels):
+            if fabric is not None and i and lvl.fabric != fabric.name:
+                continue
             if key_or_name == lvl.key or (lvl.name and key_or_name == lvl.name):
                 return i
         return None
+
+    def fabric_at(self, node: int) -> Fabric | None:
+        """The pool of a node index (None: one fabric, or a node of none)."""
+        return next((f for f in self.fabrics if f.start <= node < f.end), None)
 
     def domain_count(self, lvl: int) -> int:
         return 1 if lvl < 0 else len(self.start[lvl])
@@ -168,7 +200,10 @@ class Topology:
     def domain(self, lvl: int, d: int) -> Domain:
         if lvl < 0:
             return Domain(-1, 0, 0, len(self.names), ())
-        return Domain(lvl, d, self.start[lvl][d], self.end[lvl][d], tuple(self.paths[lvl][d]))
+        path = self.paths[lvl][d]
+        if self.fabrics:
+            path = tuple(v for v in path if v != OTHER_FABRIC)
+        return Domain(lvl, d, self.start[lvl][d], self.end[lvl][d], tuple(path))
 
     def children(self, lvl: int, d: int) -> range:
         """Child domain indexes (at level lvl + 1) of domain d at level lvl; lvl -1 is the root."""
@@ -183,8 +218,8 @@ class Topology:
         for lvl in range(self.depth, -1, -1):
             doms = {self.node_domain[lvl][i] for i in node_indexes}
             if len(doms) == 1:
-                if lvl < self.depth and self.paths[lvl][doms.pop()][-1] is None:
-                    continue  # a node-private "missing label" domain is not a shared place
+                if lvl < self.depth and self.paths[lvl][doms.pop()][-1] in (None, OTHER_FABRIC):
+                    continue  # a node-private "missing label" domain, or a step through another pool's level
                 return lvl
         return -1
 
@@ -195,20 +230,21 @@ class Topology:
         for lvl, level in enumerate(self.levels):
             missing = [n.name for n, p in zip(self.nodes, self.node_paths) if p[lvl] is None]
             if missing:
+                pool = f" (pool {level.fabric})" if level.fabric else ""
                 problems.append(
-                    f"{len(missing)} node(s) lack label {level.key} (e.g. {missing[0]}); "
+                    f"{len(missing)} node(s){pool} lack label {level.key} (e.g. {missing[0]}); "
                     f"each is a domain of its own at that level and below"
                 )
             if lvl == 0:
                 continue
             parents_of: dict[str, set[tuple[str | None, ...]]] = {}
             for d, path in enumerate(self.paths[lvl]):
-                if path[-1] is not None:
+                if path[-1] not in (None, OTHER_FABRIC):
                     parents_of.setdefault(path[-1], set()).add(tuple(path[:-1]))
             split = {v: ps for v, ps in parents_of.items() if len(ps) > 1}
             if split:
                 value, ps = sorted(split.items())[0]
-                where = " and ".join(sorted(format_path(p) for p in ps)[:2])
+                where = " and ".join(sorted(format_path([v for v in p if v != OTHER_FABRIC]) for p in ps)[:2])
                 problems.append(
                     f"{len(split)} value(s) of {level.key} appear under more than one "
                     f"{self.levels[lvl - 1].key} (e.g. {value} under {where}); "

@@ -11,7 +11,9 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            another candidate placement is no refusal)
     bind     permit(gang, member, uid, node) -> Allow | Wait | Reject
              outcome(gang, member, round)  what became of a member that waits (None: still waiting)
-             bindings_done(...)            every Binding created: bound; else the members to evict
+             bindings_done(...)            every Binding created: bound (or, with leads, started);
+                                           else the members to evict
+             later_bound(...)              a started gang's later member: bound, or its error alone
              compensated(...)              the evictions are done: the gang starts again whole
     events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
     notices  what the gangs' pods should be told (Events), taken by the service
@@ -24,18 +26,17 @@ writes a record (``tests/core/gangs/test_records.py``); the others read it.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs import starvation
+from extender.core.gangs import starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.placement.planner import NoPlacement, Placement, named_slots, plan_near
+from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
 from extender.core.cluster.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
-from extender.core.cluster.state import ClusterState, Reservation, View, claim_slot
+from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, keep_bound
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
@@ -55,10 +56,13 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Allow:
-    """Every planned member waits at permit: create these Bindings (member -> (uid, node))."""
+    """Every planned member (with leads: every lead) waits at permit: create these Bindings
+    (member -> (uid, node))."""
 
     round: int
     members: dict[str, tuple[str, str]]
+    later: bool = False
+    """A later member of a started gang, bound alone: report with ``later_bound``, never compensated."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,10 @@ class GangRecord:
     bound_uids: set[str] = field(default_factory=set)
     """UIDs railyard bound for this gang: never members of a later round, even while the
     watch still shows them unbound."""
+    lead_size: int = 0
+    """``GangSpec.lead_size`` of the current plan: that many leads waiting at permit bind first."""
+    leads: set[str] = field(default_factory=set)
+    """The GPU members of the current plan that are leads (``PodFacts.lead``)."""
     unplaced_since: float | None = None
     """When planning it last started to fail for lack of room (None: it has a plan, or never
     lacked room); past the starvation bound it drains a domain (``GangBook.starvation_seconds``)."""
@@ -153,6 +161,8 @@ class GangBook:
         """What the gangs' pods should be told since the service last took them (``take_notices``)."""
         self._leftovers = itertools.count(1)
         self._next_gc = 0.0
+        self.warm = warm.WarmHomes()
+        """Where each workload's last instance was bound (``core.gangs.warm``)."""
 
     def get(self, key: str) -> GangRecord | None:
         return self._gangs.get(key)
@@ -204,8 +214,11 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
-        # A drained gang lands where it drained; else in the first of its homes that holds it.
-        result = starvation.inside(spec, view, drain, refused) or plan_near(spec, view, refused, homes)
+        # A drained gang lands where it drained; else in the first of its homes that holds it;
+        # a new instance of a workload back where its last one was bound, when it fits there.
+        last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
+        result = starvation.inside(spec, view, drain, refused) or warm.inside(spec, view, refused, last) \
+            or plan_near(spec, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()
@@ -230,7 +243,11 @@ class GangBook:
         rec.members = tuple(m.key for m in spec.members)
         gpu_slots = tuple(s for s in result.slots if s.gpus > 0)
         rec.min_member = len(gpu_slots)
+        rec.lead_size = spec.lead_size
+        rec.leads = {m.key for m in spec.members if m.lead and m.gpus > 0}
         rec.reason = verdicts.explain_placement(topo, result)
+        if last is not None and last.start <= result.domain.start and result.domain.end <= last.end:
+            rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, last)
         if spec.timeout_capped_from is not None:
             capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
             rec.reason += f"; {capped}"
@@ -252,12 +269,15 @@ class GangBook:
             return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
         slot = self.state.slot_of(pod.key)
         if slot is None:
-            slot = claim_slot(self.state, rec.key, pod.key, pod.gpus)
-            if slot is not None:
+            placeholder = claim_slot(self.state, rec.key, pod.key, pod.gpus)
+            slot = self.state.slot_of(pod.key) if placeholder is not None else None
+            if placeholder is not None:
                 # A member created after planning is a member all the same: deleting it must
                 # unreserve the gang like deleting any other; the plan names it from now on.
                 rec.members = (*rec.members, pod.key)
-                rec.placement = named_slots(rec.placement, self.state.reservation(rec.key))
+                if pod.lead:
+                    rec.leads.add(pod.key)
+                rec.placement = named_slot(rec.placement, placeholder, pod.key)
                 if rec.spec is not None and rec.spec.timeout_capped_from is not None:  # told like the rest
                     self.notices.append(Notice((pod.key,), "GangTimeoutCapped", verdicts.timeout_capped(
                         rec.key, rec.spec.timeout_capped_from, rec.spec.timeout_seconds)))
@@ -281,20 +301,29 @@ class GangBook:
     # -- permit --------------------------------------------------------------------------------
 
     def permit(self, gang: str, member: str, uid: str, node: str, now: float = 0.0) -> PermitDecision:
+        """Allow when every planned GPU member waits; with leads, when ``lead_size`` leads wait
+        (with any other member already waiting); in a started gang, each later member at once."""
         rec = self._gangs[gang]
-        if rec.phase not in RESERVED:
+        if rec.phase not in RESERVED and rec.phase != Phase.STARTED:
             return Reject(verdicts.not_planned(gang, rec.phase.value, rec.reason), unreserved=True)
         slot = self.state.slot_of(member)
         if slot is None or slot.node != node:
             return Reject(verdicts.wrong_node(member, node, gang, slot.node if slot else None))
+        if rec.phase == Phase.STARTED:
+            if self.state.slot_gang(member) != gang:  # its slot is one of the leads' (bound) round
+                return Reject(verdicts.wrong_node(member, node, gang, None))
+            self._step(rec, Event.ALLOWED)
+            return Allow(rec.round, {member: (uid, node)}, later=True)
         rec.waiting[member] = (uid, node)
-        if len(rec.waiting) < rec.min_member:
+        leads = len(rec.leads.intersection(rec.waiting))
+        if len(rec.waiting) < rec.min_member and not (rec.lead_size and leads >= rec.lead_size):
             if rec.waiting_since is None:
                 rec.waiting_since = now
             self._step(rec, Event.MEMBER_WAITING)
-            self.notices.append(Notice((member,), "GangWaiting", verdicts.waiting(
-                rec.key, len(rec.waiting), rec.min_member, now - rec.waiting_since,
-                (rec.deadline or now) - now), warning=False))
+            waited, left = now - rec.waiting_since, (rec.deadline or now) - now
+            message = (verdicts.waiting_for_leads(rec.key, leads, rec.lead_size, waited, left) if rec.lead_size
+                       else verdicts.waiting(rec.key, len(rec.waiting), rec.min_member, waited, left))
+            self.notices.append(Notice((member,), "GangWaiting", message, warning=False))
             return Wait(rec.round)
         self._step(rec, Event.ALLOWED)
         return Allow(rec.round, dict(rec.waiting))
@@ -324,20 +353,48 @@ class GangBook:
         if any(results.values()):
             return Compensate(tuple((k, members[k][0]) for k, error in results.items() if not error))
         rec.results = dict(results)
+        rec.bound_uids.update(uid for uid, _ in members.values())
+        rest = keep_bound(self.state, gang, set(members), f"{gang}#bound-{next(self._leftovers)}")
+        if rest:
+            # Leads bound (every all-at-once round binds every slot): the rest stay reserved.
+            rec.waiting.clear()
+            rec.reason = verdicts.leads_bound(gang, len(members), len(rest), [s.node for s in rest],
+                                              (rec.deadline or now) - now)
+            self.notices.append(Notice(tuple(members), "GangStarted", rec.reason, warning=False))
+            self._remember(rec, now)
+            self._step(rec, Event.LEADS_BOUND)
+            return None
+        self._bound(rec, now, len(members))
+        return None
+
+    def later_bound(self, gang: str, member: str, uid: str, error: str, now: float) -> Outcome:
+        """A started gang's later member was bound (``error`` empty) or not: its own outcome only.
+        A failed one keeps its slot, if the gang still holds it, for kube-scheduler's retry."""
+        rec = self._gangs.get(gang)
+        if error:
+            return Outcome(FAILED, error)
+        if rec is None:
+            return Outcome(BOUND)
+        rec.bound_uids.add(uid)
+        rest = keep_bound(self.state, gang, {member}, f"{gang}#bound-{next(self._leftovers)}")
+        if rec.phase == Phase.STARTED and not rest:
+            self._bound(rec, now, rec.min_member)
+        return Outcome(BOUND)
+
+    def _remember(self, rec: GangRecord, now: float) -> None:
+        """A first round was bound: its workload's next instance is planned back into its domain."""
+        if rec.spec is not None and rec.placement is not None and not rec.spec.ranks:
+            self.warm.remember(rec.spec.lineage or rec.key, self.state.topology, rec.placement.domain, now)
+
+    def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
         rec.bound_at = now
-        rec.bound_uids.update(uid for uid, _ in members.values())
-        rec.reason = verdicts.gang_bound(gang, len(members))
+        rec.reason = verdicts.gang_bound(rec.key, pods)
+        if rec.phase == Phase.BINDING:
+            self._remember(rec, now)
         self._step(rec, Event.BOUND)
         self.observer.gang_finished("bound")
         self.observer.gang_time_to_bind(now - rec.first_seen)
-        # Slots are consumed as the watch shows each pod bound (or deleted); until then they stay
-        # reserved, under a key of their own so that a next round of the gang (a new member,
-        # filtered before the watch caught up) can plan.
-        held = self.state.release(gang)
-        if held is not None:
-            self.state.reserve(Reservation(f"{gang}#bound-{next(self._leftovers)}", held.slots, math.inf, bound=True))
-        return None
 
     def compensated(self, gang: str, results: dict[str, str], eviction_errors: dict[str, str]) -> None:
         """The bound members were evicted (or failed to be): the gang holds nothing again."""
@@ -369,7 +426,7 @@ class GangBook:
 
     def member_deleted(self, gang: str, member: str, reason: str = "") -> bool:
         rec = self._gangs.get(gang)
-        if rec is None or rec.phase not in RESERVED or member not in rec.members:
+        if rec is None or rec.phase not in RESERVED | {Phase.STARTED} or member not in rec.members:
             return False
         self.unreserve(rec, Event.MEMBER_LOST, reason or verdicts.member_deleted(member, gang))
         return True
@@ -377,8 +434,8 @@ class GangBook:
     def node_deleted(self, name: str) -> bool:
         changed = False
         for rec in list(self._gangs.values()):
-            if rec.phase in RESERVED and rec.placement and any(
-                    s.node == name for s in rec.placement.slots):
+            if rec.phase in RESERVED | {Phase.STARTED} and rec.placement and any(
+                    s.node == name for s in self._planned(rec)):
                 self.unreserve(rec, Event.NODE_LOST, verdicts.node_deleted(name, rec.key))
                 changed = True
         return changed
@@ -388,9 +445,9 @@ class GangBook:
         taint a member does not tolerate) ends the plan at once: unreserve, plan again."""
         changed = False
         for rec in list(self._gangs.values()):
-            if rec.phase not in RESERVED or rec.placement is None:
+            if rec.phase not in RESERVED | {Phase.STARTED} or rec.placement is None:
                 continue
-            if not any(s.node == node.name for s in rec.placement.slots):
+            if not any(s.node == node.name for s in self._planned(rec)):
                 continue
             reason = _unusable(node, rec.spec)
             if reason is not None:
@@ -407,9 +464,15 @@ class GangBook:
             if rec is not None and rec.phase in RESERVED:
                 missing = [m for m in rec.members if m not in rec.waiting]
                 reason = verdicts.timed_out(rec.key, len(rec.waiting), rec.min_member, rec.timeout_seconds, missing)
-                self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
-                self.observer.gang_finished("timed_out")
-                changed = True
+            elif rec is not None and rec.phase == Phase.STARTED:
+                slots = len(self._held(rec))
+                reason = verdicts.later_members_timed_out(rec.key, rec.min_member - slots, rec.min_member, slots,
+                                                          rec.timeout_seconds)
+            else:
+                continue
+            self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
+            self.observer.gang_finished("timed_out")
+            changed = True
         return changed
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
@@ -417,6 +480,7 @@ class GangBook:
         if now < self._next_gc:
             return
         self._next_gc = now + GC_SECONDS
+        self.warm.prune(now)
         for key, rec in list(self._gangs.items()):
             if rec.phase in HOLDING or has_pending(key):
                 continue
@@ -425,6 +489,17 @@ class GangBook:
             del self._gangs[key]
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _planned(self, rec: GangRecord) -> tuple[Slot, ...]:
+        """The slots whose node the gang still needs: every planned one, a started gang's held ones."""
+        if rec.phase == Phase.STARTED:
+            return self._held(rec)
+        return rec.placement.slots if rec.placement is not None else ()
+
+    def _held(self, rec: GangRecord) -> tuple[Slot, ...]:
+        """The slots the gang's own reservation holds (a started gang's: its later members')."""
+        res = self.state.reservation(rec.key)
+        return res.slots if res is not None else ()
 
     def _step(self, rec: GangRecord, event: Event) -> None:
         previous = rec.phase

@@ -1,6 +1,6 @@
 """A gang's request, built from what its members and its group declare.
 
-Each role (size, timeout, required and preferred level, slice size and level) takes the declaration with the lowest
+Each role (size, timeout, required and preferred level, slice size and level, leads) takes the declaration with the lowest
 precedence found among the members and the group; members that declare different values at
 that precedence are a problem of the gang. Values are bounded before anything is sized by
 them: a pod's creator is not trusted.
@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from extender.core.placement.address import whole_ranks
 from extender.core.model import (
+    LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
     REQUIRED,
@@ -37,11 +39,12 @@ def group_of(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> Gro
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
-          running: int = 0, max_timeout: float = 0.0) -> GangSpec:
+          running: Sequence[PodFacts] = (), max_timeout: float = 0.0) -> GangSpec:
     """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
 
-    ``running``: members of the gang already bound and running; they count toward min-member,
-    so replacements for a running gang's lost members are planned as a round of their own.
+    ``running``: members of the gang already bound and running (or done); they count toward
+    min-member, so replacements for a running gang's lost members are planned as a round of
+    their own, each with its rank in the whole gang (``address.whole_ranks``).
     ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
     calls first); 0: no cap.
     """
@@ -62,7 +65,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility, p.lead) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -76,6 +79,8 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if max_timeout and timeout > max_timeout:
         capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
+    leads = chosen(LEAD_SIZE)
+    lead_size = positive_int(leads.value, leads.source, min_member, problems, default=0) if leads else 0
     if len(members) > min_member:
         problems.append(f"{len(members)} members but min-member is {min_member}")
     problems.extend(f"pod {p.key}: {problem}" for p in pods for problem in p.problems)
@@ -89,12 +94,18 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         invalid=tuple(problems),
         sized=size is not None,
         timeout_capped_from=capped_from,
+        lineage=pods[0].gang.lineage if pods else "",
+        lead_size=lead_size,
+        size_from=size.source if size is not None else "",
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
         # A round of replacements is planned beside the running members, not in slices of
-        # its own (docs/reference.md, Slices).
-        spec = replace(spec, min_member=max(len(members), min_member - running), slice_size=0, slice_level=None)
+        # its own (docs/reference.md, Slices); its leads were bound in the first round: this
+        # one binds all at once.
+        spec = replace(spec, min_member=max(len(members), min_member - len(running)), slice_size=0,
+                       slice_level=None, lead_size=0, gang_slice_size=spec.slice_size,
+                       ranks=whole_ranks([*(Member(p.key, p.gpus, p.rank) for p in running), *members]))
     return spec
 
 

@@ -3,7 +3,11 @@ drawing cannot drift from the code. Time is data (deadlines), not a clock.
 
 A gang that cannot be placed holds nothing, so two gangs can never wait on each other's
 partial holdings (no deadlock). A gang is allowed to bind only when every planned GPU member
-waits at permit, so no member is bound before the whole gang can be.
+waits at permit, so no member is bound before the whole gang can be. The one exception is a
+gang with leads (``GangSpec.lead_size``: its controller creates the other members only once the
+leads are bound): it is planned and reserved whole all the same, binds its leads once they wait,
+and is then ``started``: the other members' slots stay reserved until the deadline and each binds
+as it arrives.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ planned   --node_lost-->      pending       unreserved, planned again
 planned   --retry-->          pending       the gang grew or its node was refused: unreserved
 planned   --preempted-->      pending       a gang of higher priority took its slots: unreserved
 waiting   --member_waiting--> waiting
-waiting   --allowed-->        binding       every member waits at permit: Bindings go out
+waiting   --allowed-->        binding       every member (or, with leads, every lead) waits at permit: Bindings go out
 waiting   --deadline-->       timed out     unreserved; waiting members are rejected
 waiting   --member_lost-->    pending       unreserved; waiting members are rejected
 waiting   --node_lost-->      pending       unreserved; waiting members are rejected
@@ -37,6 +41,13 @@ waiting   --retry-->          pending
 waiting   --preempted-->      pending       unreserved; waiting members are rejected
 binding   --bound-->          bound
 binding   --bind_failed-->    pending       bound members evicted so the gang restarts whole
+binding   --leads_bound-->    started       the leads are bound; the other members' slots stay reserved
+started   --allowed-->        started       a later member reached permit: its Binding goes out at once
+started   --bound-->          bound         every reserved slot is bound
+started   --deadline-->       timed out     the slots of members not created in time are given back
+started   --member_lost-->    pending       unreserved; later members are planned beside the bound ones
+started   --node_lost-->      pending       unreserved; later members are planned beside the bound ones
+started   --retry-->          pending       a later member's node was refused: unreserved, planned again
 bound     --retry-->          pending       new unbound members (replacements) start a new round
 bound     --member_lost-->    bound
 bound     --node_lost-->      bound
@@ -55,6 +66,9 @@ class Phase(str, Enum):
     """Some members wait at permit (their bind calls are held) for the rest."""
     BINDING = "binding"
     """Every member waits at permit; Bindings are being created."""
+    STARTED = "started"
+    """The leads are bound; the slots of the members their controller creates next stay
+    reserved, and each binds as it reaches permit, until the deadline."""
     BOUND = "bound"
     TIMED_OUT = "timed out"
     """The deadline passed at permit; unreserved; the next filter plans again."""
@@ -71,6 +85,7 @@ class Event(str, Enum):
     ALLOWED = "allowed"
     BOUND = "bound"
     BIND_FAILED = "bind_failed"
+    LEADS_BOUND = "leads_bound"
     DEADLINE = "deadline"
     MEMBER_LOST = "member_lost"
     NODE_LOST = "node_lost"
@@ -98,11 +113,13 @@ def parse(text: str) -> dict[tuple[Phase, Event], Phase]:
 
 TRANSITIONS: dict[tuple[Phase, Event], Phase] = parse(LIFECYCLE)
 
-HOLDING = frozenset({Phase.PLANNED, Phase.WAITING, Phase.BINDING})
+HOLDING = frozenset({Phase.PLANNED, Phase.WAITING, Phase.BINDING, Phase.STARTED})
 """Phases in which the gang holds a reservation."""
 RESERVED = frozenset({Phase.PLANNED, Phase.WAITING})
 """Phases in which the gang holds a reservation whose Bindings have not gone out: what a lost
-member or node, a deadline, a grown gang or a preemptor can still take back."""
+member or node, a deadline, a grown gang or a preemptor can still take back. A ``started``
+gang's reservation is not among them: its leads run, so no preemptor takes its slots, and it
+ends on its own rules (``started`` rows above)."""
 
 
 class IllegalTransition(ValueError):

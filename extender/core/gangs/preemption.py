@@ -37,7 +37,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from extender.core import verdicts
 from extender.core.placement.eligibility import label_mask, room
 from extender.core.model import PREEMPT_NEVER, Eligibility, GangSpec, PodFacts, Resources
-from extender.core.placement.planner import resolve_levels
+from extender.core.placement.levels import landing_domains, resolve_levels
 from extender.core.cluster.state import Slot, View
 from extender.core.cluster.topology import Domain, Topology, format_path
 
@@ -152,7 +152,7 @@ def choose(spec: GangSpec, view: View, members: Sequence[PodFacts],
     def domains() -> list[list[Domain]]:
         if homes:
             return [[h] for h in homes]
-        return [[topo.domain(lvl, d) for d in range(topo.domain_count(lvl))] for lvl in range(topo.depth, bound - 1, -1)]
+        return landing_domains(spec, topo)
 
     best_fits: tuple[int, Domain] | None = None
     for candidates in domains():

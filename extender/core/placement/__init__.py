@@ -4,6 +4,8 @@
     packing.py      how a gang's pods fill nodes: the building blocks of planner and slices.
     slices.py       slices: every run of S consecutive ranks inside one domain of a level.
     rails.py        rail-aligned placement of a gang's partial-node members.
+    levels.py       the levels a gang's request names and where it may land, per pool of a
+                    cluster with several fabrics.
     planner.py      whole-gang placement: the narrowest level, best fit, ranks in order.
     address.py      where each planned member sits: rank, slice, domain per level, rails.
 """

@@ -9,26 +9,44 @@ writes it on each member with its Binding round (``model.BindingMark``) before a
 training launcher reads it from the pod (``kubeobjects.notes`` names the annotations) to build
 its process groups: ranks that follow the fabric.
 
-A round of replacements for a running gang is planned on its own, so its members get their
-domains but no rank or slice: their place in the whole gang is not the plan's to say.
+A round of replacements for a running gang is planned on its own, beside the running members;
+each of its members gets its rank in the whole gang (``whole_ranks``: the running members and
+the new ones in the first round's order, so a replacement with the lost member's rank index
+label takes the lost member's rank), the slice of that rank, and its own domains and the rails
+its own plan gave it (none for a replacement planned alone on a node: the gang's rail set is not
+known from the running members' facts).
 """
 
 from __future__ import annotations
 
-from extender.core.model import Address, Place
-from extender.core.placement.planner import Placement
+from typing import TYPE_CHECKING, Sequence
+
+from extender.core.model import OTHER_FABRIC, Address, GangSpec, Member, Place
+from extender.core.placement.packing import rank_order
 from extender.core.cluster.topology import Topology, format_path
 
+if TYPE_CHECKING:
+    from extender.core.placement.planner import Placement
 
-def addresses(topo: Topology, placement: Placement) -> list[Address]:
-    """The address of every GPU member, in rank order."""
-    ranked = placement.home is None
-    size = placement.slices.size if placement.slices is not None and ranked else 0
+
+def addresses(topo: Topology, placement: Placement, spec: GangSpec | None = None) -> list[Address]:
+    """The address of every GPU member, in rank order; for a round beside running members
+    (``spec.ranks``), each with its rank in the whole gang."""
+    given = dict(spec.ranks) if spec is not None and spec.ranks else None
+    size = (spec.gang_slice_size if spec is not None else 0) if given is not None else \
+        placement.slices.size if placement.slices is not None else 0
     out = []
-    for rank, slot in enumerate(s for s in placement.slots if s.gpus > 0):
-        out.append(Address(slot.member, slot.node, rank if ranked else None, rank // size if size else None,
+    for n, slot in enumerate(s for s in placement.slots if s.gpus > 0):
+        rank = n if given is None else given.get(slot.member)
+        out.append(Address(slot.member, slot.node, rank, rank // size if size and rank is not None else None,
                            domains(topo, slot.node), slot.rails))
     return out
+
+
+def whole_ranks(members: Sequence[Member]) -> tuple[tuple[str, int], ...]:
+    """Each GPU member's rank in the whole gang: by rank index labels (none last), then name, as
+    the planner gives a first round's slots (``packing.rank_order``)."""
+    return tuple((m.key, r) for r, m in enumerate(rank_order([m for m in members if m.gpus > 0])))
 
 
 def domains(topo: Topology, node: str) -> tuple[Place, ...]:
@@ -37,12 +55,12 @@ def domains(topo: Topology, node: str) -> tuple[Place, ...]:
         return ()
     out = []
     for lvl, level in enumerate(topo.levels):
-        path = topo.paths[lvl][topo.node_domain[lvl][i]]
-        if path[-1] is not None:
-            out.append(Place(level.key, topo.level_word(lvl), format_path(path)))
+        d = topo.node_domain[lvl][i]
+        if topo.paths[lvl][d][-1] not in (None, OTHER_FABRIC):
+            out.append(Place(level.key, topo.level_word(lvl), format_path(topo.domain(lvl, d).path)))
     return tuple(out)
 
 
-def gang_addresses(topo: Topology, placement: Placement | None) -> dict[str, Address]:
+def gang_addresses(topo: Topology, placement: Placement | None, spec: GangSpec | None = None) -> dict[str, Address]:
     """Per member of a planned gang, its address (written on its pod before it is bound)."""
-    return {a.pod: a for a in addresses(topo, placement)} if placement is not None else {}
+    return {a.pod: a for a in addresses(topo, placement, spec)} if placement is not None else {}

@@ -5,9 +5,8 @@
   of them the node holds alone) and ``may`` (whether one may run there at all, GPUs aside).
 - ``Left``: what a plan has left on each node, GPUs and every requested resource, as it takes
   slots (a negative take gives them back).
-- ``allocate``: the slots of some classes inside one domain, using the fewest child domains
-  recursively (the best-fitting child when one holds the rest, else the largest and again);
-  first-fit decreasing when that fails.
+- ``allocate``: the slots of some classes inside one domain over the fewest domains at every
+  level (``fewest_domains``); first-fit decreasing when that fails.
 - ``fits``: how many pods of the classes a domain holds, largest shapes first.
 
 ``Taken`` is what a plan takes: node index -> class index -> pods.
@@ -146,51 +145,83 @@ def ffd(left: Left, classes: list[PodClass], start: int, end: int) -> Taken | No
 
 
 def allocate(topo: Topology, left: Left, dom: Domain, classes: list[PodClass]) -> Taken | None:
-    """Take every class inside dom using the fewest child domains, FFD if that fails; None (and
-    ``left`` as it was) when not even FFD fits them."""
+    """Take every class inside dom over the fewest domains at every level (``fewest_domains``),
+    FFD if that fails; None (and ``left`` as it was) when not even FFD fits them."""
     taken: Taken = {}
     for k, c in enumerate(classes):
         if not c.count:
             continue
         caps = c.cap[dom.start:dom.end] if left.fresh else [left.cap(c, i) for i in range(dom.start, dom.end)]
-        slot_prefix = [0, *accumulate(caps)]
-        free_prefix = [0, *accumulate(left.gpus_in(dom.start, dom.end))]
-        got: list[tuple[int, int]] = []
-        if slot_prefix[-1] < c.count or not fewest_children(
-                topo, dom.level, dom.index, c.count, c.gpus, slot_prefix, free_prefix, dom.start, got):
+        if sum(caps) < c.count:
             left.give_back(classes, taken)
             return ffd(left, classes, dom.start, dom.end)
-        for node, n in got:
+        slots = Units(topo, [0, *accumulate(caps)], [0, *accumulate(left.gpus_in(dom.start, dom.end))], dom.start)
+        for node, n in fewest_domains(topo, dom, c.count, c.gpus, slots, topo.depth):
             left.take(c, node, n)
             taken.setdefault(node, {})[k] = taken.get(node, {}).get(k, 0) + n
     return taken
 
 
-def fewest_children(topo: Topology, lvl: int, d: int, k: int, size: int,
-                    slots: list[int], free: list[int], base: int, out: list[tuple[int, int]]) -> bool:
-    """Take k slots of `size` GPUs inside domain (lvl, d); append (node, pods) to out."""
-    if lvl == topo.depth:
-        out.append((d, k))
-        return True
-    child_lvl = lvl + 1
+@dataclass(frozen=True)
+class Units:
+    """What each domain holds of some unit (a pod, or a slice of S pods): prefix sums over the
+    node indexes from ``base`` (pods) or over the domains of one level (slices)."""
 
-    def cap(c: int) -> int:
-        return slots[topo.end[child_lvl][c] - base] - slots[topo.start[child_lvl][c] - base]
+    topo: Topology
+    held: list[int]
+    """Prefix sums of units held, per node (``level`` None) or per domain of ``level``."""
+    free: list[int]
+    """Prefix sums of free GPUs, same indexing."""
+    base: int = 0
+    """The first node (or domain of ``level``) the sums start at."""
+    level: int | None = None
+    """None: per node; else per domain of this level."""
 
-    def leftover(c: int, n: int) -> int:
-        return free[topo.end[child_lvl][c] - base] - free[topo.start[child_lvl][c] - base] - n * size
+    def _span(self, lvl: int, d: int) -> tuple[int, int]:
+        topo = self.topo
+        if lvl < 0:
+            lo, hi = 0, len(topo.names)
+        else:
+            lo, hi = topo.start[lvl][d], topo.end[lvl][d]
+        if self.level is not None:
+            lo, hi = topo.node_domain[self.level][lo], topo.node_domain[self.level][hi - 1] + 1
+        return lo - self.base, hi - self.base
 
-    pool = sorted((c for c in topo.children(lvl, d) if cap(c) > 0), key=lambda c: (-cap(c), c))
-    remaining = k
-    for pos, c in enumerate(pool):
-        if cap(c) >= remaining:
-            # The rest fits in one child: the best-fitting one among those large enough.
-            fitting = [x for x in pool[pos:] if cap(x) >= remaining]
-            best = min(fitting, key=lambda x: (leftover(x, remaining), x))
-            return fewest_children(topo, child_lvl, best, remaining, size, slots, free, base, out)
-        fewest_children(topo, child_lvl, c, cap(c), size, slots, free, base, out)
-        remaining -= cap(c)
-    return remaining == 0
+    def cap(self, lvl: int, d: int) -> int:
+        a, b = self._span(lvl, d)
+        return self.held[b] - self.held[a]
+
+    def gpus(self, lvl: int, d: int) -> int:
+        a, b = self._span(lvl, d)
+        return self.free[b] - self.free[a]
+
+
+def fewest_domains(topo: Topology, dom: Domain, count: int, size: int, units: Units, last: int) -> list[tuple[int, int]]:
+    """``count`` units of ``size`` GPUs inside dom over the fewest domains at every level down to
+    ``last``: (domain index at ``last``, units), by index. Level by level, among the children of
+    the domains chosen one level up, take the largest (ties: least free) until one holds the
+    rest, then the best fit for the rest (fewest GPUs left over). So the domains of a level fill
+    before the next opens, and one level's choice never adds a domain at the level above.
+    (Kueue's TAS does the same down to its slice level, pkg/cache/scheduler/tas_flavor_snapshot.go
+    ``updateCountsToMinimumGeneric``.) The caller checks that dom holds ``count``."""
+    if dom.level >= last:
+        return [(dom.index, count)]
+    chosen: list[int] = [dom.index]
+    picked: list[tuple[int, int]] = []
+    for lvl in range(dom.level + 1, last + 1):
+        pool = sorted((c for d in chosen for c in topo.children(lvl - 1, d) if units.cap(lvl, c) > 0),
+                      key=lambda c: (-units.cap(lvl, c), units.gpus(lvl, c), c))
+        picked, remaining = [], count
+        for pos, c in enumerate(pool):
+            if units.cap(lvl, c) >= remaining:
+                fitting = [x for x in pool[pos:] if units.cap(lvl, x) >= remaining]
+                best = min(fitting, key=lambda x: (units.gpus(lvl, x) - remaining * size, x))
+                picked.append((best, remaining))
+                break
+            picked.append((c, units.cap(lvl, c)))
+            remaining -= units.cap(lvl, c)
+        chosen = [c for c, _ in picked]
+    return sorted(picked)
 
 
 def fits(view: View, classes: list[PodClass], avail: list[int], dom: Domain) -> int:

@@ -11,14 +11,18 @@ The algorithm, in one place:
 2. From the host level outward to the required level (or the whole cluster when nothing is
    required), take the first level with a domain that holds every slot. Among that level's
    domains that do, pick the best fit: fewest GPUs left over (ties: the domain whose parent has
-   least free, then the most preferred-affinity weight), so large free domains stay whole for
-   large gangs. Holding every slot is exact for one class (sum of cap); with several it is
-   first-fit-decreasing, with GPUs and every requested resource shared on each node.
-3. Inside the chosen domain, recursively use the fewest child domains: if one child holds the
-   rest, the best-fitting such child; otherwise the largest child, and again.
+   least free, then the most preferred-affinity weight, then the fewest wholly free nodes), so
+   large free domains and whole nodes stay whole for large gangs. Holding every slot is exact
+   for one class (sum of cap); with several it is first-fit-decreasing, with GPUs and every
+   requested resource shared on each node. With several fabrics (``Topology.fabrics``), all
+   of this happens in each pool on its own tree, levels named as the pool names them, and the
+   best pool's placement wins (``_best_of``).
+3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
+   among the children of the domains chosen one level up, the largest until one holds the
+   rest, then the best-fitting such one (``packing.fewest_domains``).
    A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
-   of S consecutive ranks inside one domain of the slice level, slices in rank order, each the
-   best fit among the slice-level domains that still hold it.
+   of S consecutive ranks inside one domain of the slice level, the fewest such domains (and
+   above them) counted in whole slices, a domain filled before the next opens.
    A gang of one class of partial-node members spanning nodes is then moved, inside the
    narrowest domain it already occupies, onto nodes where one rail set is free (``rails``).
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
@@ -54,9 +58,10 @@ from extender.core.placement.packing import (
     rank_order,
     usable_nodes,
 )
+from extender.core.placement.levels import landing_levels, resolve_levels
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
-from extender.core.cluster.state import CORDONED, NOT_READY, Reservation, Slot, View
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.state import CORDONED, NOT_READY, Slot, View
+from extender.core.cluster.topology import Domain, Fabric, Topology
 
 
 @dataclass(frozen=True)
@@ -124,42 +129,35 @@ class Constraints:
     """Replacements: the domain the gang's running members occupy."""
 
 
-def resolve_levels(gang: GangSpec, topo: Topology) -> tuple[int, int | None, list[str]]:
-    """(bound level, preferred level, problems) for the gang's topology request."""
-    problems = []
-    known = ", ".join(lvl.key for lvl in topo.levels) or "none"
-    bound, preferred = -1, None
-    if gang.required is not None:
-        idx = topo.level_index(gang.required)
-        if idx is None:
-            problems.append(f"required topology level {gang.required!r} is not a level of this cluster (levels: {known})")
-        else:
-            bound = idx
-    if gang.preferred is not None:
-        idx = topo.level_index(gang.preferred)
-        if idx is None:
-            problems.append(f"preferred topology level {gang.preferred!r} is not a level of this cluster (levels: {known})")
-        elif idx < bound:
-            problems.append(f"preferred level {gang.preferred} is wider than required level {gang.required}")
-        else:
-            preferred = idx
-    return bound, preferred, problems
-
-
 def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> PlanResult:
+    """The gang's placement, or why there is none. With several fabrics, planned in each pool on
+    its own tree (levels resolved by name there); the best of them wins (``_best_of``)."""
     topo = view.topology
-    bound, preferred, problems = resolve_levels(gang, topo)
-    rule, slice_problems = resolve(gang, topo, bound, preferred) if not problems else (None, [])
+    if not topo.fabrics:
+        return _plan(gang, view, limits, None)
+    w = limits.within
+    return _best_of(view, gang, [
+        (f, _plan(gang, view, limits, f)) for f in topo.fabrics
+        if w is None or w.level < 0 or f.start <= w.start < f.end])
+
+
+def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None) -> PlanResult:
+    topo = view.topology
+    bound, preferred, problems = resolve_levels(gang, topo, fabric)
+    rule, slice_problems = resolve(gang, topo, bound, preferred, fabric) if not problems else (None, [])
     problems = [*gang.invalid, *problems, *slice_problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
     classes = classes_of(gang)
-    if len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1 and bound <= topo.depth:
+    if (fabric is None and len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1
+            and bound <= topo.depth):
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
     usable = usable_nodes(view, limits.refused, limits.within)
+    if fabric is not None:
+        usable = [u and fabric.start <= i < fabric.end for i, u in enumerate(usable)]
     if not classes:
         return _zero_gpu_gang(gang, view, usable, bound, preferred)
     for c in classes:
@@ -172,7 +170,8 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     pref = _preference_prefix(view, first.eligibility)
     sliced = cut(gang, classes, rule.size) if rule else []
 
-    for lvl in range(topo.depth, bound - 1, -1):
+    whole_prefix: list[int] = []
+    for lvl in landing_levels(topo, bound, fabric):
         starts, ends = (topo.start[lvl], topo.end[lvl]) if lvl >= 0 else ([0], [len(avail)])
         frees = [free_prefix[b] - free_prefix[a] for a, b in zip(starts, ends)] if lvl < topo.depth else avail
         if not frees or max(frees) < total:
@@ -186,10 +185,15 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
         if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
             # Equal fits: prefer the one whose parent (then grandparent...) has the least free,
             # so the gang fills an already used branch and whole branches stay whole; then the
-            # one whose nodes the pods prefer most (preferred node affinity).
+            # one whose nodes the pods prefer most (preferred node affinity); then the one with
+            # the fewest wholly free nodes, so the domains of whole nodes, the capacity large
+            # gangs need, stay whole (issue 23 item 4).
+            whole = whole_prefix or [0, *accumulate(int(0 < a == n.gpus) for a, n in zip(avail, topo.nodes))]
+            whole_prefix = whole
             ties = [c for c in candidates if c[0] == candidates[0][0]]
             ties.sort(key=lambda c: (_ancestor_free(topo, lvl, c[1], free_prefix),
-                                     -(pref[c[2].end] - pref[c[2].start]), c[1]))
+                                     -(pref[c[2].end] - pref[c[2].start]),
+                                     whole[c[2].end] - whole[c[2].start], c[1]))
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
             if rule is not None:
@@ -202,7 +206,32 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
                 assert taken is not None, "domain was checked to hold the gang"
                 taken, rail_set = _rail_aligned(view, left, classes, taken)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
-    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced)
+    return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
+
+
+def _best_of(view: View, gang: GangSpec, results: list[tuple[Fabric, PlanResult]]) -> PlanResult:
+    """Across pools: the placement that meets the preferred level, then the one fewest of its
+    pool's levels above the host, then the best fit; with none, the pool whose best domain holds
+    the most (whole slices, then pods); with no pool able to take the gang at all, every reason."""
+    topo = view.topology
+    placed = [(f, r) for f, r in results if isinstance(r, Placement)]
+    if placed:
+        gpus = sum(gang.demand())
+
+        def key(item: tuple[Fabric, Placement]) -> tuple[int, int, int, int]:
+            f, p = item
+            height = 0 if p.level == topo.depth else 1 + sum(1 for lvl in f.levels if lvl > p.level)
+            free = sum(max(x, 0) for x in view.free[p.domain.start:p.domain.end])
+            return (not p.preferred_met, height, free - gpus, f.index)
+
+        return min(placed, key=key)[1]
+    failed = [r for _, r in results if isinstance(r, NoPlacement)]
+    valid = [r for r in failed if not r.invalid]
+    if valid:
+        return max(valid, key=lambda r: (r.slices_fit, r.fits))
+    if not failed:
+        return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
+    return replace(failed[0], invalid=tuple(dict.fromkeys(p for r in failed for p in r.invalid)))
 
 
 @dataclass(frozen=True)
@@ -225,30 +254,39 @@ class DomainFit:
 
 def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     """The level the gang is bound to and, for every domain at it, how much of the gang fits,
-    best first: the numbers behind a NoPlacement's one-line reason, for every domain.
+    best first: the numbers behind a NoPlacement's one-line reason, for every domain. With
+    several fabrics, the domains at each pool's own bound level (the level returned is the
+    first pool's).
     """
     topo = view.topology
-    bound, preferred, problems = resolve_levels(gang, topo)
-    rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred)[0]
     classes = classes_of(gang) or [PodClass(1, Eligibility(), 0)]
     usable = usable_nodes(view, (), None)
     for c in classes:
         fill_caps(view, c, usable)
     avail = available(view, classes)
-    sliced = cut(gang, classes, rule.size) if rule else []
-    rows = []
-    for d in range(topo.domain_count(bound)):
-        dom = topo.domain(bound, d)
-        span = range(dom.start, dom.end)
-        rows.append(DomainFit(
-            domain=dom,
-            nodes=len(span),
-            gpus=sum(topo.nodes[i].gpus for i in span),
-            available=sum(avail[i] for i in span),
-            fits=fits(view, classes, avail, dom),
-            blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
-            slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
-        ))
+    first_bound, rows = None, []
+    for fabric in topo.fabrics or (None,):
+        bound, preferred, problems = resolve_levels(gang, topo, fabric)
+        if problems and fabric is not None:
+            continue  # a pool without the gang's levels: none of its domains is a place for it
+        first_bound = bound if first_bound is None else first_bound
+        rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred, fabric)[0]
+        sliced = cut(gang, classes, rule.size) if rule else []
+        for d in range(topo.domain_count(bound)):
+            dom = topo.domain(bound, d)
+            if fabric is not None and not fabric.start <= dom.start < fabric.end:
+                continue
+            span = range(dom.start, dom.end)
+            rows.append(DomainFit(
+                domain=dom,
+                nodes=len(span),
+                gpus=sum(topo.nodes[i].gpus for i in span),
+                available=sum(avail[i] for i in span),
+                fits=fits(view, classes, avail, dom),
+                blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
+                slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
+            ))
+    bound = first_bound if first_bound is not None else -1
     rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
     return bound, rows
 
@@ -271,7 +309,7 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     idx = [topo.index[n] for n in running if n in topo.index]
     if not idx:
         return []
-    bound = topo.level_index(gang.required) if gang.required else None
+    bound = topo.level_index(gang.required, topo.fabric_at(idx[0])) if gang.required else None
     lvl = topo.common_level(idx)
     if bound is not None and lvl < bound:
         return []  # the running members already break the required level: nothing to keep
@@ -287,12 +325,25 @@ def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list
     return out
 
 
-def named_slots(placement: Placement | None, held: Reservation | None) -> Placement | None:
-    """The placement with its GPU slots as the reservation holds them now: the members created
-    after planning by name, in the same order (so the same ranks)."""
-    if placement is None or held is None:
+def home_nodes(gang: GangSpec, running: Sequence[tuple[str, str]]) -> list[str]:
+    """The nodes a round beside running members ((member, node) each) stays near: for a sliced
+    gang whose new members all take one slice (``GangSpec.ranks``), that slice's running members'
+    nodes, so a replacement lands in its slice's domain when it fits; else every running one's."""
+    nodes = [node for _, node in running if node]
+    rank, size = dict(gang.ranks), gang.gang_slice_size
+    mine = {rank[m.key] // size for m in gang.members if m.key in rank} if size else set()
+    if len(mine) != 1:
+        return nodes
+    return [node for key, node in running if node and key in rank and rank[key] // size in mine] or nodes
+
+
+def named_slot(placement: Placement | None, placeholder: str, member: str) -> Placement | None:
+    """The placement with a member created after planning named in the slot it took, in the
+    same place (so the same rank)."""
+    if placement is None:
         return placement
-    return replace(placement, slots=(*held.slots, *(s for s in placement.slots if s.gpus == 0)))
+    return replace(placement, slots=tuple(replace(s, member=member) if s.member == placeholder else s
+                                          for s in placement.slots))
 
 
 # -- building blocks ------------------------------------------------------------------------
@@ -448,14 +499,18 @@ def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bo
 
 def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[int, ...], bound: int,
                   classes: list[PodClass], usable: Sequence[bool], limits: Constraints,
-                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = ()) -> NoPlacement:
-    """The best domain at the bound level: most whole slices (when sliced), then most pods."""
+                  rule: SliceRule | None = None, sliced: Sequence[list[PodClass]] = (),
+                  fabric: Fabric | None = None) -> NoPlacement:
+    """The best domain at the bound level (of the fabric, if any): most whole slices (when
+    sliced), then most pods."""
     topo = view.topology
     best, most = None, (-1, -1)
     if limits.within is not None and limits.within.level >= 0:
         domains = [limits.within]
     else:
         domains = [topo.domain(bound, d) for d in range(topo.domain_count(bound))]
+        if fabric is not None:
+            domains = [d for d in domains if fabric.start <= d.start and d.end <= fabric.end]
     for dom in domains:
         n = (whole_slices(view, avail, dom, list(sliced), rule.level) if rule else 0, fits(view, classes, avail, dom))
         if n > most:
@@ -505,4 +560,4 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
-           "domain_fits", "home_domains", "plan", "resolve_levels"]
+           "domain_fits", "home_domains", "home_nodes", "plan"]

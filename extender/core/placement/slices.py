@@ -7,26 +7,28 @@ a whole still lands at the narrowest level that holds it, inside its required le
 planner calls ``pack`` for each domain it considers, and the gang takes the first that holds
 every slice.
 
-Inside that domain the slices take domains of level L in rank order, each the best fit among
-those that still hold it: fewest GPUs left over, ties to the first in depth-first order. A
-domain a slice left partly used is the best fit for the next slice while it holds one, so
-slice k+1 sits next to slice k and the gang spreads over as few L-domains as it can. Inside
-its L-domain a slice takes the fewest child domains, as a whole gang does.
+Inside that domain, slices of one shape use the fewest domains at every level down to L, in
+whole slices (``packing.fewest_domains``): the largest domains first until one holds the rest,
+then the best fit for the rest, so a domain fills before the next opens (as Kueue's TAS packs
+them, kubernetes-sigs/kueue@v0.17.0 pkg/cache/scheduler/tas_flavor_snapshot.go). An L-domain
+given k slices holds their k x S pods over the fewest domains below it, and the slices follow
+its nodes in depth-first order, so slice k+1 sits next to slice k.
 
-For pods of one shape this is exact: a domain of c free slots holds c // S slices whichever
-way earlier slices were placed. Slices that mix shapes are packed first-fit decreasing, as
-mixed gangs are.
+Slices that mix shapes are packed one at a time in rank order, first-fit decreasing as mixed
+gangs are, by the same rule as near as one slice at a time can follow it: into an L-domain
+earlier slices opened while one holds the slice (it fills before the next opens), else the best
+fit among the L-domains with the GPUs of every slice left, else the largest.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from dataclasses import dataclass
+from itertools import accumulate
 
 from extender.core.model import GangSpec
-from extender.core.placement.packing import Left, PodClass, Taken, allocate, rank_order
+from extender.core.placement.packing import Left, PodClass, Taken, Units, allocate, fewest_domains, rank_order
 from extender.core.cluster.state import View
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.topology import Domain, Fabric, Topology
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,17 @@ class SliceRule:
     """The level each slice stays inside (an index into the topology's levels)."""
 
 
-def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None) -> tuple[SliceRule | None, list[str]]:
-    """The gang's slice rule for this topology, or the problems with it."""
+def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None,
+            fabric: Fabric | None = None) -> tuple[SliceRule | None, list[str]]:
+    """The gang's slice rule for this topology (by name among a fabric's levels, if any), or
+    the problems with it."""
     if not gang.slice_size or gang.slice_level is None:
         return None, []
-    level = topo.level_index(gang.slice_level)
+    level = topo.level_index(gang.slice_level, fabric)
     if level is None:
-        known = ", ".join(lvl.key for lvl in topo.levels) or "none"
-        return None, [f"slice topology level {gang.slice_level!r} is not a level of this cluster (levels: {known})"]
+        known = ", ".join(lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels)
+        where = "this cluster" if fabric is None else f"pool {fabric.name}"
+        return None, [f"slice topology level {gang.slice_level!r} is not a level of {where} (levels: {known or 'none'})"]
     outer, which = (bound, gang.required) if gang.required is not None else (preferred, gang.preferred)
     if outer is not None and level < outer:
         kind = "required" if gang.required is not None else "preferred"
@@ -70,11 +75,14 @@ def cut(gang: GangSpec, classes: list[PodClass], size: int) -> list[list[PodClas
 def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], level: int) -> list[Taken] | int:
     """What each slice takes inside dom, in rank order; or, when they do not all fit, how many
     whole slices did."""
+    if slices and len(slices[0]) == 1:
+        return _pack_one_shape(view, avail, dom, slices, level)
     left = Left(view, avail)
     domains = _SliceDomains(view.topology, left, dom, level, slices[0] if slices else [])
+    rest = [*accumulate(sum(c.gpus * c.count for c in piece) for piece in reversed(slices))][::-1]
     parts: list[Taken] = []
-    for piece in slices:
-        taken = domains.place(piece)
+    for k, piece in enumerate(slices):
+        taken = domains.place(piece, rest[k])
         if taken is None:
             return len(parts)
         parts.append(taken)
@@ -87,13 +95,50 @@ def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[Po
     if not slices or len(slices[0]) != 1:
         parts = pack(view, avail, dom, slices, level)
         return len(parts) if isinstance(parts, list) else parts
-    slots = _SliceDomains(view.topology, Left(view, avail), dom, level, slices[0]).slots[0]
-    return min(len(slices), sum(n // slices[0][0].count for n in slots))
+    return min(len(slices), _slice_units(view, avail, dom, slices[0][0], level).cap(dom.level, dom.index))
+
+
+def _slice_units(view: View, avail: list[int], dom: Domain, c: PodClass, level: int) -> Units:
+    """Whole slices of ``c.count`` pods per domain of the slice level inside dom (or dom itself,
+    when it lies inside one)."""
+    topo = view.topology
+    lvl = max(level, dom.level)
+    first, last = topo.node_domain[lvl][dom.start], topo.node_domain[lvl][dom.end - 1]
+    spans = [(topo.start[lvl][d], topo.end[lvl][d]) for d in range(first, last + 1)]
+    held = [sum(c.cap[a:b]) // c.count for a, b in spans]
+    free = [sum(avail[a:b]) for a, b in spans]
+    return Units(topo, [0, *accumulate(held)], [0, *accumulate(free)], first, level=lvl)
+
+
+def _pack_one_shape(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]],
+                    level: int) -> list[Taken] | int:
+    """Slices of one shape: the slice-level domains they use are the fewest at every level
+    (``fewest_domains`` counting whole slices), each then holds its k slices (k x S pods) over the
+    fewest domains below it, and the slices follow the nodes in depth-first order."""
+    topo, c = view.topology, slices[0][0]
+    units = _slice_units(view, avail, dom, c, level)
+    have = units.cap(dom.level, dom.index)
+    if have < len(slices):
+        return have
+    pods = Units(topo, [0, *accumulate(c.cap[dom.start:dom.end])], [0, *accumulate(avail[dom.start:dom.end])],
+                 dom.start)
+    seats: list[int] = []
+    for d, k in fewest_domains(topo, dom, len(slices), c.gpus * c.count, units, max(level, dom.level)):
+        within = topo.domain(max(level, dom.level), d) if max(level, dom.level) > dom.level else dom
+        for node, n in fewest_domains(topo, within, k * c.count, c.gpus, pods, topo.depth):
+            seats.extend([node] * n)
+    parts: list[Taken] = []
+    for start in range(0, len(seats), c.count):
+        taken: Taken = {}
+        for node in seats[start:start + c.count]:
+            taken.setdefault(node, {0: 0})[0] += 1
+        parts.append(taken)
+    return parts
 
 
 class _SliceDomains:
-    """The domains of the slice level inside the gang's domain, by free GPUs (best fit first),
-    with the slots each still has per class."""
+    """The domains of the slice level inside the gang's domain, with the free GPUs and the slots
+    each still has per class, and which ones earlier slices opened."""
 
     def __init__(self, topo: Topology, left: Left, dom: Domain, level: int, classes: list[PodClass]) -> None:
         self.topo, self.left = topo, left
@@ -104,22 +149,27 @@ class _SliceDomains:
             self.domains = [topo.domain(level, d) for d in range(first, last + 1)]
         self.free = [sum(left.gpus_in(d.start, d.end)) for d in self.domains]
         self.slots = [[sum(c.cap[d.start:d.end]) for d in self.domains] for c in classes]
-        self.order = sorted((free, d) for d, free in enumerate(self.free))
+        self.opened: set[int] = set()
 
-    def place(self, piece: list[PodClass]) -> Taken | None:
+    def place(self, piece: list[PodClass], rest: int) -> Taken | None:
+        """The slice into, in turn: a domain earlier slices opened (least free first), so it
+        fills before the next opens; else the best fit among the domains with the GPUs of this
+        and every later slice (``rest``); else the largest. None: no domain holds it."""
         need = sum(c.gpus * c.count for c in piece)
-        for pos in range(bisect_left(self.order, (need, -1)), len(self.order)):
-            d = self.order[pos][1]
-            if any(c.count > self.slots[k][d] for k, c in enumerate(piece)):
-                continue
+        fits = [d for d, free in enumerate(self.free)
+                if free >= need and all(c.count <= self.slots[k][d] for k, c in enumerate(piece))]
+        opened = sorted((d for d in fits if d in self.opened), key=lambda d: (self.free[d], d))
+        fresh = [d for d in fits if d not in self.opened]
+        whole = sorted((d for d in fresh if self.free[d] >= rest), key=lambda d: (self.free[d], d))
+        largest = sorted((d for d in fresh if self.free[d] < rest), key=lambda d: (-self.free[d], d))
+        for d in [*opened, *whole, *largest]:
             taken = allocate(self.topo, self.left, self.domains[d], piece)
             if taken is None:
                 continue
-            del self.order[pos]
             dom = self.domains[d]
+            self.opened.add(d)
             self.free[d] = sum(self.left.gpus_in(dom.start, dom.end))
             for k, c in enumerate(piece):
                 self.slots[k][d] = sum(self.left.cap(c, i) for i in range(dom.start, dom.end))
-            insort(self.order, (self.free[d], d))
             return taken
         return None

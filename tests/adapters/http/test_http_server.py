@@ -307,9 +307,9 @@ def test_metrics_and_debug_gangs(served):
         "ranks": [{"rank": 0, "slice": 0, "pod": "ml/llama-0", "node": "h1",
                    "domains": [{"level": "network.topology.nvidia.com/accelerator", "name": "nvlink",
                                 "domain": "b1/r1/n1"}],
-                   "rails": ["0", "1"]}]}
+                   "rails": ["0", "1"]}], "origin": ""}
     # The keys in the order /debug/gangs has always sent them.
-    assert list(gang) == ["gang", "phase", "plan", "deadline_in_seconds", "reason", "slices", "ranks"]
+    assert list(gang) == ["gang", "phase", "plan", "deadline_in_seconds", "reason", "slices", "ranks", "origin"]
     assert list(gang["ranks"][0]) == ["rank", "slice", "pod", "node", "domains", "rails"]
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from extender.adapters.kubeobjects import GATE, MARKER, MEMBERSHIP, admission
+from extender.adapters.kubeobjects import GATE, MARKER, MEMBERSHIP, WORKLOAD_KINDS, admission
+from extender.adapters.kubeobjects.workloads import LABELS as WORKLOAD_LABELS, workload_ref
 from tests.topologies import TRANSLATE, gang, pod
 
 
@@ -20,12 +21,26 @@ def test_the_shipped_copies_are_the_generated_ones(path):
 def test_every_membership_row_is_in_the_policy_and_nothing_else_names_a_gang():
     condition = admission.member_condition()
     terms = condition.split(" ||\n")
-    assert len(terms) == len(MEMBERSHIP)
+    assert len(terms) == len(MEMBERSHIP) + len(WORKLOAD_LABELS)
+    for term, (_, keys) in zip(terms[len(MEMBERSHIP):], WORKLOAD_LABELS):
+        assert term.count(" in object.metadata.labels") == len(keys) and all(f'"{k}"' in term for k in keys)
     for term, (where, key, _) in zip(terms, MEMBERSHIP):
         if where == "field":
             assert f"object.{key} != ''" in term
         else:
             assert f'"{key}" in object.metadata.{where}s' in term
+
+
+@pytest.mark.parametrize("kind, keys", WORKLOAD_LABELS, ids=[k for k, _ in WORKLOAD_LABELS])
+def test_the_workload_labels_the_policy_matches_are_what_makes_a_workloads_gang(kind, keys):
+    """workloads.LABELS (what the policy matches) against workload_ref (what railyard reads):
+    every label of a row present names the workload's gang; any one missing, none."""
+    labels = {k: "true" if k == "railyard.io/gang" else "w" for k in keys}
+    ref, _ = workload_ref(labels, "ml", frozenset(WORKLOAD_KINDS))
+    assert ref is not None and ref.named and ref.group_kind == kind
+    for missing in keys:
+        ref, _ = workload_ref({k: v for k, v in labels.items() if k != missing}, "ml", frozenset(WORKLOAD_KINDS))
+        assert ref is None, missing
 
 
 def test_the_base_policy_serves_the_base_schedulers_profiles_and_the_overlay_the_main_scheduler():

@@ -162,7 +162,7 @@ def declared(group) -> dict[str, tuple[str, object]]:
     (pod("p", 8, labels={"kueue.x-k8s.io/pod-group-name": "g"}), "ml/g", ""),
 ])
 def test_a_pod_names_its_gang_and_the_kind_of_group_it_reads(obj, key, kind):
-    ref = ko.gang_ref(obj)
+    ref = ko.gang_ref(obj)[0]
     assert (ref.key, ref.named, ref.group_kind) == (key, True, kind)
     assert ref.group_id == ((kind, key) if kind else None)
 
@@ -170,9 +170,9 @@ def test_a_pod_names_its_gang_and_the_kind_of_group_it_reads(obj, key, kind):
 def test_first_match_wins_when_a_pod_carries_two_conventions():
     both = pod("p", 8, labels={"scheduling.x-k8s.io/pod-group": "a"},
                annotations={"scheduling.k8s.io/group-name": "b", "pod-group-name": "c"})
-    assert ko.gang_ref(both).group_id == (SCHEDULER_PLUGINS, "ml/a")
+    assert ko.gang_ref(both)[0].group_id == (SCHEDULER_PLUGINS, "ml/a")
     kai_and_volcano = pod("p", 8, annotations={"scheduling.k8s.io/group-name": "b", "pod-group-name": "c"})
-    assert ko.gang_ref(kai_and_volcano).group_id == (VOLCANO, "ml/b")
+    assert ko.gang_ref(kai_and_volcano)[0].group_id == (VOLCANO, "ml/b")
 
 
 # -- what each group object declares ----------------------------------------------------------

@@ -14,6 +14,7 @@ from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.adapters.kubeobjects.resources import node_allocatable
 from extender.core.gangs import gangspec
+from extender.core.model import FABRIC_LEVEL
 from tests.topologies import TRANSLATE, Cluster, gang, pod
 
 
@@ -129,13 +130,18 @@ def test_doc_examples_and_the_v1_sub_domain():
 
 def test_topograph_v1_mixed_depth_never_merges_across_tier_numbers():
     # Topograph counts tiers from the node, so the shared root is tier-1 on node-1 and tier-2 on
-    # node-2. railyard reads tiers by number: the two nodes share no domain (never a false one).
+    # node-2. Two depths are two fabrics, each on its own tree: the two nodes share no domain
+    # (never a false one), and a gang never spans them.
     nodes = documented("topograph-v1.0", "mixed-depth")
     w = load(nodes)
-    assert [lvl.key for lvl in w.state.levels] == [V1 + "2", V1 + "1", V1 + "0"]
+    assert [(lvl.key, lvl.fabric) for lvl in w.state.levels] == [
+        (FABRIC_LEVEL, ""), (V1 + "1", "topograph-v1-2-tiers"), (V1 + "0", "topograph-v1-2-tiers"),
+        (V1 + "2", "topograph-v1-3-tiers"), (V1 + "1", "topograph-v1-3-tiers"), (V1 + "0", "topograph-v1-3-tiers")]
     (a,) = w.plan_pending(gang("g", 2, 8, annotations={REQ: V1 + "1"}))
     assert not a.feasible
-    assert "best tier-1 " in a.reason and "fits 1" in a.reason
+    assert a.reason.endswith("best tier-1 topograph-v1-2-tiers/shared-root fits 1")
+    (a,) = w.plan_pending(gang("h", 2, 8))
+    assert a.reason.endswith(f"within one {FABRIC_LEVEL}; best fabric topograph-v1-2-tiers fits 1")
 
 
 def test_topograph_v1_tiers_any_depth_highest_first():
@@ -226,14 +232,22 @@ def test_oci_no_imds_placeholder_is_no_domain():
                         "best local-block -/-/- fits 1")
 
 
-def test_two_presets_on_one_cluster_are_reported():
+def test_two_presets_on_one_cluster_are_two_fabrics():
     nodes = documented("topograph-v0.5", "with-block") + documented("gke", "one-block")
     choice = ko.detect_levels(facts(nodes))
-    assert choice.preset == "topograph"
-    assert choice.problems == (
-        "8 node(s) carry gke labels instead (e.g. gke-a3u-pool-1); using topograph; set --levels to choose",
-        "8 node(s) carry no topograph labels (e.g. gke-a3u-pool-1)",
-    )
+    assert choice.preset == "fabrics"
+    assert [(lvl.name, lvl.fabric) for lvl in choice.levels] == [
+        ("fabric", ""), ("core", "topograph"), ("spine", "topograph"), ("leaf", "topograph"),
+        ("nvlink", "topograph"), ("block", "gke"), ("subblock", "gke"), ("gce-host", "gke")]
+    assert choice.problems == ("2 fabrics, each planned on its own tree; a gang never spans two: "
+                               "topograph (12 node(s), e.g. Node104), gke (8 node(s), e.g. gke-a3u-pool-1)",)
+    # The pools' own levels, by name: only Topograph has a leaf, only GKE a sub-block.
+    w = load(nodes)
+    (leaf,) = w.plan_pending(gang("a", 3, 8, annotations={REQ: "leaf"}))
+    (sub,) = w.plan_pending(gang("b", 5, 8, annotations={REQ: "subblock"}))
+    assert leaf.domain[0] == "topograph" and sub.domain[0] == "gke"
+    assert {n.startswith("Node") for n in leaf.placement.values()} == {True}
+    assert {n.startswith("gke-") for n in sub.placement.values()} == {True}
 
 
 def test_clique_beside_topograph_accelerator_is_ignored_and_said():

@@ -2,7 +2,10 @@
 
 Members arrive and leave, nodes vanish, deadlines pass, kube-scheduler refuses a planned node,
 a Binding fails, the scheduler retries; after every step: nothing is partly bound, no GPU is
-counted twice, every reservation belongs to a live gang. The machine drives the core the way
+counted twice, every reservation belongs to a live gang, nothing is held past its deadline.
+Gang ``ml/e`` has a lead whose controller creates the other members only once it is bound (and
+which may finish first, as an initializer does): no member of it binds before its lead, and it
+never stalls for members that cannot exist. The machine drives the core the way
 ``extender/service/`` does, call for call, with the I/O (Bindings, evictions) simulated in memory.
 """
 
@@ -16,6 +19,7 @@ from extender.core.gangs import gangspec
 from extender.core.gangs.book import Allow, GangBook, Reject, Wait
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.model import (
+    LEAD_SIZE,
     MIN_MEMBER,
     REQUIRED,
     Declaration,
@@ -35,7 +39,10 @@ GANGS = {
     "ml/b": (3, 4, (Declaration(MIN_MEMBER, "railyard.io/min-member", "3", 0),)),
     "ml/c": (2, 8, (Declaration(REQUIRED, "railyard.io/required-topology", "nvlink", 0),)),
     "ml/d": (4, 8, (Declaration(MIN_MEMBER, "railyard.io/min-member", "4", 0),)),
+    "ml/e": (3, 8, (Declaration(MIN_MEMBER, "railyard.io/min-member", "3", 0),
+                    Declaration(LEAD_SIZE, "railyard.io/lead-size", "1", 0))),
 }
+LEAD_GANG, LEAD = "ml/e", "ml/e-0"
 TIMEOUT = 30.0
 FILTER_FAILURES = 2
 
@@ -44,7 +51,7 @@ def member(gang: str, i: int, incarnation: int, node: str = "", phase: str = "Pe
     ns, name = gang.split("/")
     _, gpus, decls = GANGS[gang]
     return PodFacts(ns, f"{name}-{i}", f"uid-{name}-{i}-{incarnation}", GangRef(gang, True), node=node,
-                    phase=phase, gpus=gpus, rank=(i,), declarations=decls)
+                    phase=phase, gpus=gpus, rank=(i,), declarations=decls, lead=f"{gang}-{i}" == f"{LEAD}")
 
 
 class GangBookMachine(RuleBasedStateMachine):
@@ -56,11 +63,15 @@ class GangBookMachine(RuleBasedStateMachine):
         self.book = GangBook(self.state)
         self.pods = PodIndex()
         self.live: dict[str, PodFacts] = {}
+        self.done: set[str] = set()
+        """Members that ran and Succeeded (they stay, finished, until deleted)."""
         """Pods that exist, by key (as the API server has them)."""
         self.incarnation = 0
         self.bound_by_us: dict[str, set[str]] = {g: set() for g in GANGS}
         """Members railyard's Bindings bound and that still exist, per gang."""
         self.allowed_sets: dict[str, list[frozenset[str]]] = {g: [] for g in GANGS}
+        self.lead_ran = False
+        """A lead of ``ml/e`` was bound since the gang last had no pods (it may have finished since)."""
 
     # -- the world ---------------------------------------------------------------------------
 
@@ -71,6 +82,10 @@ class GangBookMachine(RuleBasedStateMachine):
         key = member(gang, i, 0).key
         if key in self.live:
             return
+        if gang == LEAD_GANG and i > 0 and not self.lead_ran:
+            return  # its controller creates the others only once the lead is bound
+        if key == LEAD and not any(p.gang.key == LEAD_GANG for p in self.live.values()):
+            self.lead_ran = False  # a new run of the workload
         self.incarnation += 1
         pod = member(gang, i, self.incarnation)
         self.live[key] = pod
@@ -91,6 +106,7 @@ class GangBookMachine(RuleBasedStateMachine):
         if self.book.member_deleted(pod.gang.key, pod.key):
             event("a member of a waiting gang was deleted")
         self.bound_by_us[pod.gang.key].discard(pod.key)
+        self.done.discard(pod.key)
 
     @rule(name=st.sampled_from(sorted(NODES)))
     def delete_node(self, name: str) -> None:
@@ -113,14 +129,40 @@ class GangBookMachine(RuleBasedStateMachine):
         for key in sorted(self.bound_by_us[gang]):
             pod = self.live.pop(key)
             finished = PodFacts(pod.namespace, pod.name, pod.uid, pod.gang, node=pod.node, phase="Succeeded",
-                                gpus=pod.gpus, rank=pod.rank, declarations=pod.declarations)
+                                gpus=pod.gpus, rank=pod.rank, declarations=pod.declarations, lead=pod.lead)
             self.pods.changed(finished, self.state)
+            if finished.lead:
+                self.pods.deleted(finished, self.state)  # the workload is done and removed
         self.bound_by_us[gang].clear()
+
+    @rule()
+    def lead_finishes(self) -> None:
+        """The lead of ``ml/e`` runs to completion (an initializer) before the others exist."""
+        if LEAD in self.bound_by_us[LEAD_GANG]:
+            pod = self.live[LEAD]
+            finished = PodFacts(pod.namespace, pod.name, pod.uid, pod.gang, node=pod.node, phase="Succeeded",
+                                gpus=pod.gpus, rank=pod.rank, declarations=pod.declarations, lead=True)
+            self.live[LEAD] = finished
+            self.pods.changed(finished, self.state)
+            self.bound_by_us[LEAD_GANG].discard(LEAD)
+            self.done.add(LEAD)
+            event("the lead finished")
+
+    @rule(late=st.booleans(), fail_one=st.booleans())
+    def lead_gang_in_its_controllers_order(self, late: bool, fail_one: bool) -> None:
+        """The lead is created and scheduled; its controller then creates the others, maybe past
+        the gang's deadline, and they are scheduled (the other rules interleave with this)."""
+        self.controller_creates_the_gang(LEAD_GANG)
+        self.scheduler_takes_the_whole_gang(LEAD_GANG, False)
+        if late:
+            self.time_passes(TIMEOUT + 1)
+        self.controller_creates_the_gang(LEAD_GANG)
+        self.scheduler_takes_the_whole_gang(LEAD_GANG, fail_one)
 
     # -- kube-scheduler ------------------------------------------------------------------------
 
     def _unbound(self) -> list[str]:
-        return sorted(k for k, p in self.live.items() if not p.node)
+        return sorted(k for k, p in self.live.items() if not p.node and not p.finished)
 
     @rule(data=st.data(), refuse=st.booleans())
     def filter(self, data: st.DataObject, refuse: bool) -> None:
@@ -148,8 +190,9 @@ class GangBookMachine(RuleBasedStateMachine):
         for _ in range(2):  # as service.filter: a refused plan is made again at once
             if rec.phase == Phase.PENDING:
                 members = [p for p in self.pods.pending_of(rec.key) if p.uid not in rec.bound_uids]
+                running = self.pods.bound_pods(rec.key) + self.pods.done_pods(rec.key)  # as Context.request
                 spec = gangspec.build(rec.key, sorted(members, key=lambda p: p.key), None, TIMEOUT,
-                                      running=len(self.pods.bound_uids(rec.key)))
+                                      running=running)
                 self.book.reserve(rec, spec, self.now)
             slot = self.state.slot_of(pod.key)
             names = [n for n in NODES if self.state.node(n) is not None and not (refuse and slot and n == slot.node)]
@@ -182,26 +225,47 @@ class GangBookMachine(RuleBasedStateMachine):
             return
         assert isinstance(decision, Allow)
         rec = self.book.get(gang)
-        assert len(decision.members) == rec.min_member, "allowed before every planned member waits"
         self.allowed_sets[gang].append(frozenset(decision.members))
+        if decision.later:
+            assert rec.phase == Phase.STARTED and rec.lead_size and len(decision.members) == 1
+            assert self.lead_ran, "a later member allowed before its gang's lead was bound"
+            error = "refused" if fail_one else ""
+            outcome = self.book.later_bound(gang, pod.key, pod.uid, error, self.now)
+            event(f"later member: {outcome.kind}")
+            if not error:
+                self._bound(gang, {pod.key: (pod.uid, decision.members[pod.key][1])})
+            return
+        if rec.lead_size:
+            leads = len(rec.leads & set(decision.members))
+            assert leads >= rec.lead_size or len(decision.members) == rec.min_member, "followers before leads"
+        else:
+            assert len(decision.members) == rec.min_member, "allowed before every planned member waits"
         # The Binding fan-out: maybe one fails (after retries).
         failing = sorted(decision.members)[0] if fail_one else None
         results = {k: ("refused" if k == failing else "") for k in decision.members}
         compensate = self.book.bindings_done(gang, results, decision.members, self.now)
         event("bindings: compensated" if compensate else f"bindings: {len(decision.members)} bound")
         if compensate is None:
-            for key, (uid, node) in decision.members.items():
-                self.pods.took_bound(key)
-                if key in self.live and self.live[key].uid == uid:
-                    bound = PodFacts(pod.namespace, key.split("/")[1], uid, pod.gang, node=node, phase="Running",
-                                     gpus=self.live[key].gpus, rank=self.live[key].rank,
-                                     declarations=self.live[key].declarations)
-                    self.live[key] = bound
-                    self.bound_by_us[gang].add(key)
+            self._bound(gang, decision.members)
+            if rec.phase == Phase.STARTED:
+                event("started: the leads bound, the rest reserved")
             return
         # Compensation: the members bound so far are evicted (deleted) before the gang restarts.
         assert {k for k, _ in compensate.evict} == {k for k, e in results.items() if not e}
         self.book.compensated(gang, results, {})
+
+    def _bound(self, gang: str, members: dict[str, tuple[str, str]]) -> None:
+        if gang == LEAD_GANG:
+            assert self.lead_ran or LEAD in members, f"{sorted(members)} bound before the lead of {gang}"
+        for key, (uid, node) in members.items():
+            self.pods.took_bound(key)
+            if key in self.live and self.live[key].uid == uid:
+                was = self.live[key]
+                self.live[key] = PodFacts(was.namespace, was.name, uid, was.gang, node=node, phase="Running",
+                                          gpus=was.gpus, rank=was.rank, declarations=was.declarations, lead=was.lead)
+                self.bound_by_us[gang].add(key)
+                if key == LEAD:
+                    self.lead_ran = True
 
     @rule()
     def watch_catches_up(self) -> None:
@@ -256,8 +320,22 @@ class GangBookMachine(RuleBasedStateMachine):
                 assert set(rec.waiting) <= {s.member for s in res.slots}
 
     @invariant()
+    def nothing_held_past_its_deadline(self) -> None:
+        for key, res in self.state.reservations().items():
+            assert res.bound or res.deadline > self.now, f"{key} still holds {len(res.slots)} slots past its deadline"
+
+    @invariant()
+    def a_lead_never_waits_for_members_that_cannot_exist(self) -> None:
+        """In a round with leads (a round beside running members has none: it binds all at once)."""
+        rec = self.book.get(LEAD_GANG)
+        if rec is not None and rec.phase == Phase.WAITING and rec.lead_size and LEAD in rec.waiting:
+            raise AssertionError(f"the lead of {LEAD_GANG} waits at bind for members its controller creates after it")
+
+    @invariant()
     def nothing_partly_bound(self) -> None:
         for gang, bound in self.bound_by_us.items():
+            if gang == LEAD_GANG:
+                continue  # bound in its controller's order: its lead, then each member as it comes
             allowed = [s for s in self.allowed_sets[gang] if s & bound]
             # Every member railyard bound came in a round where the whole allowed set was bound.
             assert bound <= set().union(*allowed) if allowed else not bound

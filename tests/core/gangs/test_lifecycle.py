@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from extender.core.gangs.lifecycle import HOLDING, LIFECYCLE, TRANSITIONS, Event, IllegalTransition, Phase, next_phase, parse
+from extender.core.gangs.lifecycle import HOLDING, LIFECYCLE, RESERVED, TRANSITIONS, Event, IllegalTransition, Phase, next_phase, parse
 
 
 @pytest.mark.parametrize("phase, event", list(itertools.product(Phase, Event)))
@@ -32,13 +32,26 @@ def test_every_phase_is_reachable_from_pending():
 
 def test_losing_a_member_or_node_never_leaves_a_holding_gang_holding():
     for phase in HOLDING - {Phase.BINDING}:
-        for event in (Event.MEMBER_LOST, Event.NODE_LOST, Event.DEADLINE, Event.PREEMPTED):
+        for event in (Event.MEMBER_LOST, Event.NODE_LOST, Event.DEADLINE):
             assert next_phase(phase, event) not in HOLDING
+    for phase in RESERVED:
+        assert next_phase(phase, Event.PREEMPTED) not in HOLDING
 
 
-def test_binding_ends_bound_or_back_to_pending():
+def test_a_started_gang_is_no_preemptors_prey():
+    """Its leads run: a preemptor evicts running gangs whole, it never takes a started gang's slots."""
+    assert Phase.STARTED not in RESERVED
+    with pytest.raises(IllegalTransition):
+        next_phase(Phase.STARTED, Event.PREEMPTED)
+
+
+def test_binding_ends_bound_started_or_back_to_pending():
     outs = {dst for (src, _), dst in TRANSITIONS.items() if src == Phase.BINDING}
-    assert outs == {Phase.BOUND, Phase.PENDING}
+    assert outs == {Phase.BOUND, Phase.STARTED, Phase.PENDING}
+    assert next_phase(Phase.BINDING, Event.LEADS_BOUND) == Phase.STARTED
+    assert next_phase(Phase.STARTED, Event.ALLOWED) == Phase.STARTED
+    assert next_phase(Phase.STARTED, Event.BOUND) == Phase.BOUND
+    assert next_phase(Phase.STARTED, Event.DEADLINE) == Phase.TIMED_OUT
 
 
 def test_the_drawing_is_the_table():

@@ -18,6 +18,7 @@ from extender.core.gangs import gangspec, preemption
 from extender.core.gangs.preemption import Choice, Held, NoChoice
 from extender.core.cluster.pods import PodIndex
 from extender.core.cluster.state import ClusterState, Slot
+from tests.adapters.kubeobjects.test_kubeobjects import documented
 from tests.topologies import FOUR_NVL, TRANSLATE, pod
 from tests.topologies import FOUR_NVL_NODES as NODES
 
@@ -38,9 +39,9 @@ block b1
 class World:
     """The core's state and pod index, fed translated pods as the watch would."""
 
-    def __init__(self, drawing: str, running: list[dict]):
-        spec = topotext.load(drawing)
-        nodes = [TRANSLATE.node(n) for n in spec.nodes]
+    def __init__(self, drawing: str | list[dict], running: list[dict]):
+        """A drawing, or node objects."""
+        nodes = [TRANSLATE.node(n) for n in (topotext.load(drawing).nodes if isinstance(drawing, str) else drawing)]
         self.state = ClusterState(detect_levels(nodes).levels)
         self.state.set_nodes(nodes)
         self.pods = PodIndex()
@@ -95,6 +96,21 @@ def test_a_full_cluster_gives_up_one_nvlink_domain_no_more_than_needed():
     assert victims(choice) == {"lo/p-a1", "lo/p-a2", "lo/p-a3", "lo/p-a4"}
     assert choice.reason == ("evicting 4 pods of priority 100 in nvlink b1/r1/n1 to place gang ml/llama "
                              "(priority 1000): 32 GPUs needed, 0 free")
+
+
+def test_two_fabrics_each_gang_clears_a_domain_of_a_pool_that_has_its_level():
+    # Topograph v0.5 (12 nodes: leaves of 3 under spines S1, S4) beside GKE (8 nodes: sub-blocks
+    # of 3 and 5), every node full with one low-priority pod.
+    nodes = documented("topograph-v0.5", "with-block") + documented("gke", "one-block")
+    names = [n["metadata"]["name"] for n in nodes]
+    world = World(nodes, [lone(f"p-{n}", n) for n in names])
+    leaf = world.choose(preemptor(3, required="leaf"))  # NVLink B3: leaf S5's nodes, the narrowest
+    assert where(leaf) == "topograph/IB1/S4/S5/B3" and victims(leaf) == {"lo/p-Node301", "lo/p-Node302", "lo/p-Node303"}
+    sub = world.choose(preemptor(3, required="subblock"))
+    assert where(sub).startswith("gke/") and {v.removeprefix("lo/p-") for v in victims(sub)} == {
+        "gke-a3u-pool-1", "gke-a3u-pool-2", "gke-a3u-pool-3"}
+    # 13 pods: more than either pool holds; never a domain across the two.
+    assert isinstance(world.choose(preemptor(13, required=None)), NoChoice)
 
 
 def test_fewest_victims_wins_a_domain_that_is_partly_free():

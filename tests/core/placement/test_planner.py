@@ -71,6 +71,15 @@ def test_fewest_children_inside_the_chosen_domain():
     assert sorted(a.placement.values()) == ["x1", "x2", "x3", "x4", "x5", "x6"]
 
 
+def test_the_fewest_nodes_among_the_racks_chosen_not_per_rack():
+    # 6 one-GPU pods in block b1: rack r1 holds 5 (3 + 1 + 1), r2 holds 3, so both racks. Among
+    # their nodes, h1 and h4 (3 each) hold all 6: 2 nodes, where filling r1 first took 4.
+    drawing = "block b1\n  rack r1: h1[3/8] h2[1/8] h3[1/8]\n  rack r2: h4[3/8]\n"
+    a = answer(drawing, gang("g", 6, 1, annotations={REQ: BLOCK}), levels=[BLOCK, LEAF])
+    assert a.feasible, a.reason
+    assert sorted(a.placement.values()) == ["h1"] * 3 + ["h4"] * 3
+
+
 def test_best_fit_keeps_large_domains_whole():
     # 3 pods fit n1, n2, n3 and n4; with x1 busy, n1 has exactly 3 nodes free: zero left over.
     a = answer(FOUR_LEVELS, gang("g", 3, 8), pods=[pod("busy", 8, node="x1")])
@@ -88,11 +97,14 @@ def test_rank_order_follows_depth_first_order():
         "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]
 
 
-def test_jobset_rank_is_job_index_then_completion_index():
+def test_jobset_rank_is_global_job_index_then_completion_index():
+    # Two replicatedJobs of one Job each: job-index is 0 in both (jobset@v0.12.0 restarts it per
+    # replicatedJob); job-global-index tells them apart.
     pods = gang("g", 4, 8)
     order = [(1, 1), (0, 1), (1, 0), (0, 0)]
     for p, (job, idx) in zip(pods, order):
-        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = str(job)
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = "0"
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/job-global-index"] = str(job)
         p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(idx)
     a = answer(FOUR_LEVELS, pods)
     # n4 is the exact fit in the smaller spine; ranks (0,0) (0,1) (1,0) (1,1) take it in order.

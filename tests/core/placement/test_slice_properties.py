@@ -43,8 +43,9 @@ def sliced_gangs(draw):
     return GangSpec("ml/g", members, count, 60.0, required=required, slice_size=size, slice_level=level)
 
 
-def build(nodes, used) -> ClusterState:
-    state = ClusterState(LEVELS)
+def build(nodes, used, levels=LEVELS) -> ClusterState:
+    """The nodes under ``levels``, with ``used[name]`` GPUs in use on each."""
+    state = ClusterState(levels)
     for n in nodes:
         state.upsert_node(n)
         if used[n.name]:
@@ -123,30 +124,46 @@ def test_sliced_gang_against_the_oracle(cluster, gang):
         assert len(domains) == 1, (piece, domains)
         homes.append(domains.pop())
 
-    # Best fit per slice, in rank order: among the slice-level domains inside the gang's domain
-    # that still held a slice, none had fewer free GPUs than the one the slice took.
-    inside = [n for n in nodes if result.domain.start <= state.topology.index[n.name] < result.domain.end]
-    domains: dict[tuple, list[NodeFacts]] = {}
-    for n in inside:
-        domains.setdefault(group(n, gang.slice_level), []).append(n)
-    outside = {group(n, gang.slice_level) for n in nodes if n not in inside}
-    whole = set(domains) - outside  # slice-level domains wholly inside the gang's domain
-    if not set(homes) <= whole:
-        event("gang inside one slice domain")
-        return  # the gang's domain lies inside one slice-level domain: nothing to choose
-    event(f"best fit checked over {min(len(whole), 3)}+ slice domains")
-    left = dict(free)
-    g = gang.members[0].gpus
-    for piece, home in zip(cuts, homes):
-        def free_in(key):
-            return sum(max(left[n.name], 0) for n in domains[key] if not n.unschedulable)
+    # The narrowest level: no domain of a narrower level than the gang's holds every slice.
+    order = [None, "block", "rack", HOST]
+    need = gang.min_member // size
+    for narrower in order[order.index(level_word(result.level)) + 1:]:
+        if order.index(narrower) <= order.index(gang.slice_level):
+            per: dict[tuple, list[NodeFacts]] = {}
+            for n in nodes:
+                per.setdefault(group(n, narrower), []).append(n)
+            assert all(whole_slices(ns, free, gang) < need for ns in per.values()), narrower
 
-        def holds(key):
-            return sum(slots(n, left[n.name], g) for n in domains[key]) >= size
+    # The fewest domains at every level below the gang's, down to the slice level: among the
+    # children of the domains used one level up, no fewer of them hold every slice.
+    used = [by_name[s.node] for s in result.slots]
+    for up, lvl in zip(order, order[1:]):
+        if order.index(lvl) <= order.index(level_word(result.level)) or order.index(lvl) > order.index(gang.slice_level):
+            continue
+        parents = {group(n, up) for n in used}
+        children: dict[tuple, list[NodeFacts]] = {}
+        for n in nodes:
+            if group(n, up) in parents:
+                children.setdefault(group(n, lvl), []).append(n)
+        held = sorted((whole_slices(ns, free, gang) for ns in children.values()), reverse=True)
+        fewest = next(k for k in range(1, len(held) + 1) if sum(held[:k]) >= need)
+        event(f"{lvl}: fewest {min(fewest, 3)}+")
+        assert len({group(n, lvl) for n in used}) == fewest, (lvl, held)
 
-        assert all(free_in(home) <= free_in(key) for key in whole if holds(key)), (home, left)
-        for m in piece:
-            left[slot_of[m.key].node] -= g
+    # Below the slice level (hosts of a rack slice): each rack's pods on the fewest of its hosts.
+    if gang.slice_level == "rack":
+        g = gang.members[0].gpus
+        for rack in {group(n, "rack") for n in used}:
+            mine = [s.node for s in result.slots if group(by_name[s.node], "rack") == rack]
+            caps = sorted((slots(n, free[n.name], g) for n in nodes if group(n, "rack") == rack), reverse=True)
+            fewest = next(k for k in range(1, len(caps) + 1) if sum(caps[:k]) >= len(mine))
+            assert len(set(mine)) == fewest, (rack, caps, mine)
+
+
+def level_word(level: int) -> str | None:
+    """A Placement's level (an index: -1 the whole cluster, then block, rack, host) as the
+    oracle's word."""
+    return [None, "block", "rack", HOST][level + 1]
 
 
 @settings(max_examples=150, deadline=None)

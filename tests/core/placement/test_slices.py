@@ -66,13 +66,13 @@ def plan(drawing, pods):
     return a
 
 
-def test_each_slice_takes_the_best_fitting_nvlink_domain_in_rank_order():
+def test_slices_fill_the_largest_nvlink_domain_first_then_the_best_fit_in_depth_first_order():
     pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: "nvlink", REQ: "leaf"})
     a = plan(PARTLY_USED, pods)
     assert a.feasible, a.reason
-    # Rack r1 is the exact fit. Slice 0 takes n2, whose two free nodes it fills exactly; slices 1
-    # and 2 then share n1, the only domain left with room, side by side.
-    assert by_rank(a, pods) == ["h5", "h6", "h1", "h2", "h3", "h4"]
+    # Rack r1 is the exact fit. n1 holds 2 slices, n2 (two free nodes) the third: slices 0 and 1
+    # in n1, slice 2 in n2, ranks in depth-first order.
+    assert by_rank(a, pods) == ["h1", "h2", "h3", "h4", "h5", "h6"]
     assert a.reason == ("gang ml/g: 6 pods, 48 GPUs on 6 nodes within network.topology.nvidia.com/leaf b1/r1, "
                         "in 3 slices of 2 pods, each within one network.topology.nvidia.com/accelerator")
 
@@ -141,7 +141,7 @@ def test_slices_inside_a_preferred_level():
 def test_a_slice_per_node_with_one_gpu_pods():
     drawing = "rack r1\n  nvl n1: a1[4/8] a2[6/8] a3[5/8]\n"
     pods = ranked("g", 8, 1, annotations={SIZE: "4", LEVEL: "kubernetes.io/hostname"})
-    # Slice 0 takes a1 (exactly 4 free), slice 1 the best fit of the rest: a3 (5) before a2 (6).
+    # Each node holds one slice: a1 (exactly 4 free) first, then the best fit for the last: a3 (5), not a2 (6).
     assert by_rank(plan(drawing, pods), pods) == ["a1"] * 4 + ["a3"] * 4
     # Unsliced, the fewest nodes: a2 whole, then the best fit for the other 2 (a1).
     unsliced = ranked("g", 8, 1)
@@ -219,3 +219,18 @@ def test_slices_of_mixed_shapes_share_their_domains_nodes_best_fit():
     a = plan(PARTLY_USED, pods)
     assert a.feasible and a.domain == ("b1", "r1", "n1")
     assert by_rank(a, pods) == ["h1", "h2", "h3", "h2"]
+
+
+def test_slices_of_mixed_shapes_fill_an_nvlink_domain_before_opening_the_next():
+    # Three slices of one 8-GPU and one 4-GPU pod (36 GPUs): no NVLink domain holds all three, so
+    # the first goes to the largest (n1, 32 free), the second fills n1 on, and the third takes
+    # the best fit for what is left (n2, tied with n3: the first). Two NVLink domains, not three.
+    drawing = ("block b1\n  rack r1\n    nvl n1: h1 h2 h3 h4\n    nvl n2: h5 h6 h7[0/8] h8[0/8]\n"
+               "    nvl n3: h9 h10 h11[0/8] h12[0/8]\n")
+    pods = ranked("g", 6, annotations={SIZE: "2", LEVEL: NVL, REQ: LEAF})
+    for p, gpus in zip(pods, ["8", "4"] * 3):
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    a = plan(drawing, pods)
+    assert a.feasible, a.reason
+    nodes = by_rank(a, pods)
+    assert set(nodes[:4]) <= {"h1", "h2", "h3", "h4"} and set(nodes[4:]) == {"h5", "h6"}
