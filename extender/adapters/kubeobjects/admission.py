@@ -100,9 +100,7 @@ def policy_objects(scheduler_names: Sequence[str], gpu_resource: str) -> list[di
             # Fail: a member created without its marker would be bound one pod at a time by
             # kube-scheduler alone; refused, its controller creates it again.
             "failurePolicy": "Fail",
-            # IfNeeded: run again after a mutating webhook changed the pod (LeaderWorkerSet's adds
-            # the group-key label the match reads); the mutation is idempotent.
-            "reinvocationPolicy": "IfNeeded",
+            "reinvocationPolicy": "Never",
             "matchConditions": [
                 {"name": "railyard-scheduler", "expression": f"object.spec.schedulerName in {names}"},
                 # A pod created bound (spec.nodeName) may not carry scheduling gates.

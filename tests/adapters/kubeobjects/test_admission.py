@@ -31,13 +31,22 @@ def test_every_membership_row_is_in_the_policy_and_nothing_else_names_a_gang():
             assert f'"{key}" in object.metadata.{where}s' in term
 
 
+MEMBER_LABELS = {  # every label workload_ref reads for a member of each kind
+    "jobsets": {"jobset.sigs.k8s.io/jobset-name": "w", "jobset.sigs.k8s.io/restart-attempt": "0"},
+    "leaderworkersets": {"leaderworkerset.sigs.k8s.io/name": "w", "leaderworkerset.sigs.k8s.io/group-key": "k",
+                         "leaderworkerset.sigs.k8s.io/group-index": "0"},
+    "jobs": {"railyard.io/gang": "true", "batch.kubernetes.io/job-name": "w"},
+}
+
+
 @pytest.mark.parametrize("kind, keys", WORKLOAD_LABELS, ids=[k for k, _ in WORKLOAD_LABELS])
-def test_the_workload_labels_the_policy_matches_are_what_makes_a_workloads_gang(kind, keys):
+def test_the_policy_matches_every_member_of_a_workloads_gang(kind, keys):
     """workloads.LABELS (what the policy matches) against workload_ref (what railyard reads):
-    every label of a row present names the workload's gang; any one missing, none."""
-    labels = {k: "true" if k == "railyard.io/gang" else "w" for k in keys}
+    a member carries every label of its row, and without any one of them it is no member."""
+    labels = MEMBER_LABELS[kind]
     ref, _ = workload_ref(labels, "ml", frozenset(WORKLOAD_KINDS))
     assert ref is not None and ref.named and ref.group_kind == kind
+    assert set(keys) <= set(labels)
     for missing in keys:
         ref, _ = workload_ref({k: v for k, v in labels.items() if k != missing}, "ml", frozenset(WORKLOAD_KINDS))
         assert ref is None, missing
