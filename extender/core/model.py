@@ -350,12 +350,6 @@ class PodFacts:
     told_rank: int | None = None
     """The rank railyard wrote on the pod when it bound it (``railyard.io/rank``), read back: a
     replacement takes the rank no running member holds."""
-    gated: bool = False
-    """``spec.schedulingGates`` holds railyard's gate: kube-scheduler tries the pod only once
-    railyard lifts it, for the whole gang at once (``service.release``)."""
-    held_by: tuple[str, ...] = ()
-    """Other components' scheduling gates on the pod (Kueue's admission gate...): railyard
-    plans its gang only once they are gone."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

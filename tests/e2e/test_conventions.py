@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.localcluster import config as localconfig
 
-from .helpers import BindingWatch, delete_pods, gpu_pod, namespace, node_labels, wait_for, wait_gang_reason, wait_released
+from .helpers import BindingWatch, delete_pods, gpu_pod, namespace, node_labels, wait_for, wait_released
 
 pytestmark = pytest.mark.e2e
 
@@ -247,9 +247,14 @@ def test_a_gang_of_undeclared_size_binds_whole_once_settled(cluster, ns):
         seen = wait_for(waiting_reason, 30, "railyard to say the gang waits to settle")
         assert 1 <= int(seen.group(1)) <= 3 and float(seen.group(2)) < 5.0, seen.group(0)
 
-        # What `kubectl describe pod` shows meanwhile: the members wait gated (kube-scheduler
-        # tries none), and railyard's words in an Event.
-        assert settling.search(wait_gang_reason(cluster.core, ns, "g-0", 30, reason="GangWaiting"))
+        def condition() -> str | None:
+            for c in cluster.core.read_namespaced_pod("g-0", ns).status.conditions or []:
+                if c.type == "PodScheduled" and c.status == "False" and settling.search(c.message or ""):
+                    return f"{c.reason}: {c.message}"
+            return None
+
+        # What `kubectl describe pod` shows meanwhile: kube-scheduler's error, railyard's words.
+        assert wait_for(condition, 30, "the settle reason in g-0's PodScheduled condition").startswith("SchedulerError")
         bound = watch.wait_bound(names, BIND_TIMEOUT, "the settled gang")
         first = min(watch.first_seen(names))
         assert first >= last + 5.0 - watch.interval, f"bound {first - last:.1f}s after the last member, not settled"
