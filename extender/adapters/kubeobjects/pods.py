@@ -46,11 +46,15 @@ MEMBERSHIP = (
     ("label", "pod-group-name", KAI),
 )
 """How a pod names its gang, and so which group object it reads."""
+
+KUBEFLOW_INDEX, KUBEFLOW_ROLE = "training.kubeflow.org/replica-index", "training.kubeflow.org/job-role"
+"""Kubeflow training-operator v1.9.4 (``pkg/controller.v1/common/pod.go``): each replica type
+counts its index from 0, and only the master carries ``job-role: master``."""
 RANKS = (
     # job-global-index, not job-index: job-index restarts at 0 in each replicatedJob.
     ("jobset.sigs.k8s.io/job-global-index", "batch.kubernetes.io/job-completion-index"),
     ("batch.kubernetes.io/job-completion-index",),
-    ("training.kubeflow.org/replica-index",),  # after the master (rank())
+    (KUBEFLOW_INDEX,),  # after the master (rank())
     ("leaderworkerset.sigs.k8s.io/worker-index",),
     ("kueue.x-k8s.io/pod-group-pod-index",),
 )
@@ -174,11 +178,6 @@ def pod_gpus(pod: Mapping[str, Any], gpu_resource: str) -> int:
     """The pod's effective GPU request, as Kubernetes computes it (0 when unreadable: the
     pod's PodFacts carries the problem)."""
     return pod_requests(pod, gpu_resource)[0]
-
-
-KUBEFLOW_INDEX, KUBEFLOW_ROLE = "training.kubeflow.org/replica-index", "training.kubeflow.org/job-role"
-"""Kubeflow training-operator v1.9.4 (``pkg/controller.v1/common/pod.go``): each replica type
-counts its index from 0, and only the master carries ``job-role: master``."""
 
 
 def rank(pod: Mapping[str, Any]) -> tuple[int, ...] | None:
