@@ -17,6 +17,7 @@ from extender.adapters.kubeobjects.workloads import (
     KINDS,
     attempt_of,
     is_lead,
+    job_part,
     workload_declarations,
     workload_ref,
 )
@@ -153,6 +154,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str, kinds: frozenset[str] =
         priority=priority,
         preemption_policy=policy,
         lead=is_lead(labels, annotations, kinds),
+        part=job_part(labels, kinds),
     )
 
 
