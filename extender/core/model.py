@@ -353,6 +353,9 @@ class PodFacts:
     told_rank: int | None = None
     """The rank railyard wrote on the pod when it bound it (``railyard.io/rank``), read back: a
     replacement takes the rank no running member holds."""
+    told_rails: tuple[str, ...] = ()
+    """The rails railyard wrote on the pod when it bound it (``railyard.io/rails``), read back: a
+    replacement is given the rail set of the running members."""
     part: int | None = None
     """Which part of its gang the pod belongs to (a JobSet pod's Job, by global index): in a
     gang whose parts are placed exclusively (``EXCLUSIVE``), its slice. None: no part."""
@@ -444,6 +447,9 @@ class GangSpec:
     the running ones' included, in the first round's order (``core.placement.address``)."""
     gang_slice_size: int = 0
     """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
+    rail_set: tuple[str, ...] = ()
+    """A round beside running members of a rail-aligned gang: the rail set they were given
+    (``core.placement.rails``), which the new members get where it is free on their nodes."""
     size_from: str = ""
     """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
 

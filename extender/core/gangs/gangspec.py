@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from extender.core.placement import rails
 from extender.core.placement.address import whole_ranks
 from extender.core.model import (
     EXCLUSIVE,
@@ -112,7 +113,8 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         spec = replace(spec, min_member=max(len(members), min_member - len(running)), slice_size=0,
                        slice_level=None, exclusive=False, lead_size=0, gang_slice_size=spec.slice_size,
                        ranks=whole_ranks([(Member(p.key, p.gpus, p.rank), p.told_rank) for p in running],
-                                         members, min_member))
+                                         members, min_member),
+                       rail_set=rail_set_of(running))
     return spec
 
 
@@ -140,6 +142,17 @@ def _sliced(spec: GangSpec, size: Declaration | None, level: Declaration | None,
     if len(problems) > before:
         return replace(spec, invalid=tuple(problems))
     return replace(spec, slice_size=count, slice_level=str(level.value).strip(), invalid=tuple(problems))
+
+
+def rail_set_of(running: Sequence[PodFacts]) -> tuple[str, ...]:
+    """The rail set of a rail-aligned gang's running GPU members: the rails railyard told most
+    of them (the first member on each node is given the gang's set; ties: the lowest), one per
+    GPU; () when none was told such rails."""
+    counts: dict[tuple[str, ...], int] = {}
+    for p in running:
+        if p.gpus > 0 and len(p.told_rails) == p.gpus:
+            counts[p.told_rails] = counts.get(p.told_rails, 0) + 1
+    return min(counts, key=lambda r: (-counts[r], [rails.rail_order(x) for x in r])) if counts else ()
 
 
 def _exclusive(spec: GangSpec, exclusive: Declaration, slices: Declaration | None,

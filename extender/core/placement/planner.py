@@ -153,7 +153,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
     classes = classes_of(gang)
     if (fabric is None and len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1
-            and bound <= topo.depth):
+            and bound <= topo.depth and not gang.rail_set):
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
@@ -206,7 +206,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
                 left = Left(view, avail)
                 taken = allocate(topo, left, dom, classes)
                 assert taken is not None, "domain was checked to hold the gang"
-                taken, rail_set = _rail_aligned(view, left, classes, taken)
+                taken, rail_set = _rail_aligned(view, left, classes, taken, gang.rail_set, limits.within)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
 
@@ -398,17 +398,22 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken) -> tuple[Taken, tuple[str, ...] | None]:
+def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken, given: tuple[str, ...],
+                  within: Domain | None) -> tuple[Taken, tuple[str, ...] | None]:
     """One class of partial-node members over several nodes: moved onto nodes of the same
-    narrowest domain where one rail set is free (``rails``); (taken, the rail set or None)."""
+    narrowest domain where one rail set is free (``rails``); (taken, the rail set or None).
+    Members that join running ones with rail set ``given`` (a replacement round, even of one
+    member) keep that set, moved onto nodes of the domain they must stay in (``within``)."""
     nodes = sorted(taken)
-    if len(classes) != 1 or not rails.wanted(view, classes[0].gpus, nodes):
+    if len(classes) != 1 or not rails.wanted(view, classes[0].gpus, nodes, joined=bool(given)):
         return taken, None
     topo, c = view.topology, classes[0]
     lvl = topo.common_level(nodes)
     span = topo.domain(lvl, topo.node_domain[lvl][nodes[0]]) if lvl >= 0 else topo.domain(-1, 0)
+    if given and within is not None and within.start <= nodes[0] < within.end:
+        span = within
     spare = [i for i in range(span.start, span.end) if i not in taken and left.cap(c, i) > 0]
-    moved, rail_set = rails.align(view, c.gpus, {i: taken[i][0] for i in nodes}, spare)
+    moved, rail_set = rails.align(view, c.gpus, {i: taken[i][0] for i in nodes}, spare, given)
     return {i: {0: n} for i, n in moved.items()}, rail_set
 
 
