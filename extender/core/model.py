@@ -212,7 +212,10 @@ MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", 
 SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
 LEAD_SIZE = "lead_size"
 """How many lead members (``PodFacts.lead``) the gang binds before the others can exist."""
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE)
+EXCLUSIVE = "exclusive"
+"""Each part of the gang (``PodFacts.part``) inside a domain of its own: the value is
+``(level key, GPU pods per part)``; no two parts share a domain of that level."""
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, EXCLUSIVE)
 
 
 @dataclass(frozen=True)
@@ -350,6 +353,12 @@ class PodFacts:
     told_rank: int | None = None
     """The rank railyard wrote on the pod when it bound it (``railyard.io/rank``), read back: a
     replacement takes the rank no running member holds."""
+    told_rails: tuple[str, ...] = ()
+    """The rails railyard wrote on the pod when it bound it (``railyard.io/rails``), read back: a
+    replacement is given the rail set of the running members."""
+    part: int | None = None
+    """Which part of its gang the pod belongs to (a JobSet pod's Job, by global index): in a
+    gang whose parts are placed exclusively (``EXCLUSIVE``), its slice. None: no part."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
@@ -400,6 +409,8 @@ class Member:
     eligibility: Eligibility = Eligibility()
     lead: bool = False
     """``PodFacts.lead``: binds before the members its controller has not created yet."""
+    part: int | None = None
+    """``PodFacts.part``: the slice of an exclusive gang the member belongs in."""
 
 
 @dataclass(frozen=True)
@@ -417,6 +428,9 @@ class GangSpec:
     """GPU pods per slice (0: not sliced): each run of this many consecutive ranks shares one
     domain of ``slice_level``."""
     slice_level: str | None = None
+    exclusive: bool = False
+    """Slices are the gang's parts (``Member.part``: part k is slice k), each in a domain of
+    ``slice_level`` of its own, no two in one (JobSet exclusive placement)."""
     invalid: tuple[str, ...] = field(default=())
     """Problems with the request; a gang with any is not placed and these are its reason."""
     sized: bool = True
@@ -433,6 +447,9 @@ class GangSpec:
     the running ones' included, in the first round's order (``core.placement.address``)."""
     gang_slice_size: int = 0
     """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
+    rail_set: tuple[str, ...] = ()
+    """A round beside running members of a rail-aligned gang: the rail set they were given
+    (``core.placement.rails``), which the new members get where it is free on their nodes."""
     size_from: str = ""
     """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
 

@@ -95,10 +95,11 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
 
 
 def _slices(topo: Topology, rule: SliceRule, pods: int) -> str:
-    """``8 slices of 4 pods, each within one network.topology.nvidia.com/accelerator``"""
+    """``8 slices of 4 pods, each within one network.topology.nvidia.com/accelerator`` (exclusive:
+    ``each within a network.topology.nvidia.com/accelerator of its own``)"""
     n = pods // rule.size
-    return (f"{n} slice{'s' if n != 1 else ''} of {rule.size} pod{'s' if rule.size != 1 else ''}, "
-            f"each within one {topo.level_key(rule.level)}")
+    within = f"a {topo.level_key(rule.level)} of its own" if rule.exclusive else f"one {topo.level_key(rule.level)}"
+    return f"{n} slice{'s' if n != 1 else ''} of {rule.size} pod{'s' if rule.size != 1 else ''}, each within {within}"
 
 
 def explain_placement(topo: Topology, p: Placement) -> str:

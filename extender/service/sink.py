@@ -198,4 +198,4 @@ class CacheSink:
 def _asks(spec: GangSpec) -> tuple[object, ...]:
     """What a gang's plan follows from its request (not its members, not its timeout)."""
     return (spec.min_member, spec.lead_size, spec.required, spec.preferred, spec.slice_size, spec.slice_level,
-            spec.invalid)
+            spec.exclusive, spec.invalid)

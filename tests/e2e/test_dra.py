@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes.client import ResourceV1Api
+from kubernetes.client import BatchV1Api, ResourceV1Api
 from kubernetes.client.exceptions import ApiException
 
 from .helpers import (
@@ -266,3 +266,49 @@ def test_a_gang_of_partial_node_members_lands_where_the_same_rails_are_free(clus
         assert pod.metadata.annotations["railyard.io/rails"] == "0,1,2,3"
         (devices,) = [d for c, d in claims.items() if c.startswith(f"{member}-extended-resources-")]
         assert sorted(devices) == [(node, f"gpu-{i}") for i in range(4)]
+
+
+def test_a_replaced_member_of_a_rail_aligned_job_is_told_the_gangs_rails(cluster, ns):
+    # Issue 20 item 4: a replacement's address includes rails. a2 and a3 have rails 0-3 free
+    # (4 GPUs), every other node is full: an Indexed Job of 2 x 4 GPUs (opted in) takes a2 and
+    # a3 on rails 0-3. The Job controller replaces the pod deleted from a2 (same index, new
+    # name); once the old pod's claim is released the replacement can only go back to a2, and
+    # it is told the lost member's rank and rails 0-3, not a bare Binding.
+    held = {"a1": list(range(8)), "a2": [4, 5, 6, 7], "a3": [4, 5, 6, 7], "a4": list(range(8)),
+            **{n: list(range(8)) for n in DOMAINS["uuid-b.1"]}}
+    for node, gpus in held.items():
+        hold(cluster, ns, node, gpus)
+    time.sleep(3)  # the extender's watch sees the claims
+    pod = gpu_pod("unused", 4, labels={"railyard.io/gang": "true"}, annotations=NVLINK)
+    template = {"metadata": {"labels": pod["metadata"]["labels"], "annotations": NVLINK}, "spec": pod["spec"]}
+    batch = BatchV1Api(cluster.core.api_client)
+    batch.create_namespaced_job(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rails"},
+                                     "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                                              "backoffLimit": 6, "template": template}})
+    try:
+        first = wait_for(lambda: running_job_pods(cluster, ns, 2), BIND_TIMEOUT, "the Job's 2 pods Running")
+        assert sorted(p.spec.node_name for p in first) == ["a2", "a3"]
+        assert all(p.metadata.annotations["railyard.io/rails"] == "0,1,2,3" for p in first)
+        (lost,) = [p for p in first if p.spec.node_name == "a2"]
+        cluster.core.delete_namespaced_pod(lost.metadata.name, ns)
+
+        def replaced() -> Any:
+            pods = running_job_pods(cluster, ns, 2)
+            return next((p for p in pods or [] if p.metadata.name != lost.metadata.name
+                         and p.metadata.uid not in {f.metadata.uid for f in first}), None)
+
+        again = wait_for(replaced, BIND_TIMEOUT, "the replacement Running")
+        notes = again.metadata.annotations
+        assert again.spec.node_name == "a2"
+        told = (notes.get("railyard.io/rank"), notes.get("railyard.io/rails"))
+        assert told == (lost.metadata.annotations["railyard.io/rank"], "0,1,2,3"), notes
+    finally:
+        batch.delete_namespaced_job("rails", ns, propagation_policy="Background")
+
+
+def running_job_pods(cluster, ns: str, count: int) -> list[Any] | None:
+    """The Job's pods, once ``count`` of them run and none is being deleted."""
+    pods = [p for p in cluster.core.list_namespaced_pod(ns, label_selector="batch.kubernetes.io/job-name=rails").items
+            if p.metadata.deletion_timestamp is None]
+    ok = len(pods) == count and all(p.status.phase == "Running" and p.spec.node_name for p in pods)
+    return pods if ok else None

@@ -13,7 +13,8 @@ import yaml
 
 from extender.settings import DraSettings, Settings
 from tests.service.test_dra_service import FIXTURES, NV, claim, node
-from tests.service.test_live import Clock, Extender, MemoryBinder
+from extender.adapters.kubeobjects.pods import binding_annotations
+from tests.service.test_live import Clock, Extender, MemoryBinder, bind_async, create
 from tests.topologies import TRANSLATE, gang
 
 NVLINK = {"railyard.io/required-topology": "nvlink"}
@@ -134,3 +135,42 @@ def test_rails_sort_naturally_and_odd_names_do_not_crash():
     from extender.core.placement.rails import rail_order
 
     assert sorted(["10", "2", "nic-b", "²", "0"], key=rail_order) == ["0", "2", "10", "nic-b", "²"]
+
+
+def test_a_replacement_is_given_the_rail_set_of_the_running_members():
+    """Issue 20 item 4: a replacement's address includes rails. a1 (first in node order) has rails
+    0, 1, 4, 5 free, a2-a5 rails 0-3, 4 GPUs each: the gang of 4 x 4 takes a2-a5, each member on
+    rails 0-3. The member on a3 is lost; its replacement, planned alone beside the running
+    three, has a1 and a3 to choose from, 4 free GPUs each: counts alone take a1. It goes to a3,
+    where the gang's rails are free, told rails 0-3 (the set railyard told the running members)
+    and the lost member's rank."""
+    ext = rail_cluster({"a1": MIXED, **{n: LOW for n in NODES_A[1:]}})
+    binder = ext.ctx.ports.bindings
+    members = gang("r", 4, 4, annotations={**NVLINK, "railyard.io/min-member": "4"})
+    create(ext, members)
+    plan = {p["metadata"]["name"]: ext.filter(p, NODES_A).node_names[0] for p in members}
+    errors: dict = {}
+    for t in [bind_async(ext, p, plan[p["metadata"]["name"]], errors) for p in members]:
+        t.join(5)
+    assert errors == {} and sorted(plan.values()) == ["a2", "a3", "a4", "a5"]
+    for p in members:  # the watch shows them running, with what railyard wrote on them
+        p["spec"]["nodeName"] = plan[p["metadata"]["name"]]
+        p["status"] = {"phase": "Running"}
+        p["metadata"]["annotations"].update(binding_annotations(binder.marks[f"ml/{p['metadata']['name']}"]))
+        ext.pod_upserted(p)
+    (i,) = [i for i, p in enumerate(members) if plan[p["metadata"]["name"]] == "a3"]
+    lost = binder.marks[f"ml/r-{i}"].address
+    assert lost.rails == ("0", "1", "2", "3")
+    ext.pod_deleted(members[i])
+    (again,) = gang("r", 1, 4, annotations={**NVLINK, "railyard.io/min-member": "4"}, start=i)
+    again["metadata"]["name"], again["metadata"]["uid"] = "r-again", "uid-r-again"
+    create(ext, [again])
+    (node,) = ext.filter(again, NODES_A).node_names
+    assert node == "a3"
+    bind_async(ext, again, node, errors).join(5)
+    assert errors == {}
+    told = binder.marks["ml/r-again"].address
+    assert (told.rank, told.rails) == (lost.rank, ("0", "1", "2", "3"))
+
+
+NODES_A = ["a1", "a2", "a3", "a4", "a5"]

@@ -22,7 +22,8 @@ disagree at the winning precedence are a problem of the gang (``core.gangs.gangs
       KAI                scheduling.run.ai/v2alpha2 PodGroup: spec.minMember (size),
                          spec.topologyConstraint.requiredTopologyLevel / preferredTopologyLevel
       JobSet             jobset.x-k8s.io/v1alpha2: sum of replicas x min(parallelism, completions)
-                         (size; none with dependsOn), Jobs placed exclusively by affinity (leads)
+                         (size; none with dependsOn), Jobs placed exclusively by affinity (leads;
+                         each Job a slice in a domain of its own: exclusive)
       LeaderWorkerSet    leaderworkerset.x-k8s.io/v1: spec.startupPolicy LeaderReady or
                          exclusive-topology (1 lead)
       Job                batch/v1, labelled railyard.io/gang=true: min(parallelism, completions)

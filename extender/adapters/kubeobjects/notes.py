@@ -54,6 +54,21 @@ def told_rank(annotations: Mapping[str, str]) -> int | None:
     return int(raw) if raw is not None and raw.isascii() and raw.isdigit() and len(raw) <= 6 else None
 
 
+MAX_RAILS, MAX_RAIL_CHARS = 64, 63
+
+
+def told_rails(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The rails railyard wrote on a member it bound, or () (absent, or not a list of at most
+    64 names of at most 63 characters: never trusted further than its shape)."""
+    raw = annotations.get(RAILS)
+    if not raw or len(raw) > MAX_RAILS * (MAX_RAIL_CHARS + 1):
+        return ()
+    rails = tuple(raw.split(","))
+    if len(rails) > MAX_RAILS or not all(0 < len(r) <= MAX_RAIL_CHARS for r in rails):
+        return ()
+    return rails
+
+
 def domain_key(level_name: str) -> str:
     """``railyard.io/domain.<name>`` with the name made a valid annotation name part."""
     room = _NAME_PART - len(DOMAIN) + len(PREFIX)

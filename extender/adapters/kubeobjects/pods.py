@@ -10,13 +10,14 @@ from extender.adapters.kubeobjects.dra import pod_claims
 from extender.adapters.echo import shown
 from extender.adapters.kubeobjects.fields import annotations_of, dict_at, labels_of, str_at
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, OTHER, RAILYARD, SCHEDULER_PLUGINS, VOLCANO
-from extender.adapters.kubeobjects.notes import address_annotations, told_rank
+from extender.adapters.kubeobjects.notes import address_annotations, told_rails, told_rank
 from extender.adapters.kubeobjects.placement import eligibility
 from extender.adapters.kubeobjects.resources import pod_requests
 from extender.adapters.kubeobjects.workloads import (
     KINDS,
     attempt_of,
     is_lead,
+    job_part,
     workload_declarations,
     workload_ref,
 )
@@ -149,10 +150,12 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str, kinds: frozenset[str] =
         problems=gang_problems + request_problems + where_problems + priority_problems,
         binding=binding_mark(annotations),
         told_rank=told_rank(annotations) if BINDING in annotations else None,
+        told_rails=told_rails(annotations) if BINDING in annotations else (),
         claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
         lead=is_lead(labels, annotations, kinds),
+        part=job_part(labels, kinds),
     )
 
 

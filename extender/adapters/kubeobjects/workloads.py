@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from extender.adapters.echo import shown
 from extender.adapters.kubeobjects.fields import GROUP, OTHER, annotations_of, dict_at, list_at, str_at
-from extender.core.model import LEAD_SIZE, MIN_MEMBER, Declaration, GangRef
+from extender.core.model import EXCLUSIVE, LEAD_SIZE, MIN_MEMBER, Declaration, GangRef
 
 JOBSETS, LEADERWORKERSETS, JOBS = "jobsets", "leaderworkersets", "jobs"
 """Cache kinds of the workload objects read as group objects."""
@@ -138,6 +138,15 @@ def is_lead(labels: Mapping[str, str], annotations: Mapping[str, str], kinds: fr
     return False
 
 
+def job_part(labels: Mapping[str, str], kinds: frozenset[str]) -> int | None:
+    """A JobSet pod's Job, by its global index (``PodFacts.part``); None for other pods or an
+    index that is not a whole number of at most 9 digits."""
+    if JOBSETS not in kinds or JOBSET_NAME not in labels:
+        return None
+    value = labels.get(JOB_GLOBAL_INDEX, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= MAX_INDEX_DIGITS else None
+
+
 # -- the workload objects, read as group objects -----------------------------------------------
 
 
@@ -151,6 +160,7 @@ def jobset_group(where: str, obj: Mapping[str, Any]) -> tuple[list[Declaration],
     on_set = annotations_of(obj)
     terms, total, leads = [], 0, 0
     staged = False
+    shapes: list[tuple[str, int, int, str | None]] = []  # (name, replicas, pods per Job, exclusive key)
     for i, rj in enumerate(jobs):
         rj_name = str_at(rj, "name") or f"#{i}"
         template = dict_at(rj, "template")
@@ -163,8 +173,11 @@ def jobset_group(where: str, obj: Mapping[str, Any]) -> tuple[list[Declaration],
         total = min(total + replicas * pods, MAX_COUNT + 1)
         terms.append(f"{rj_name} {replicas} x {pods}")
         staged = staged or bool(list_at(rj, "dependsOn"))
-        if _exclusive_by_affinity(on_set, dict_at(dict_at(template, "metadata"), "annotations")):
+        key = _exclusive_by_affinity(on_set, dict_at(dict_at(template, "metadata"), "annotations"))
+        if key is not None:
             leads += replicas if pods else 0
+        shapes.append((rj_name, replicas, pods, key))
+    exclusive = _exclusive_jobs(where, shapes, problems)
     declared: list[Declaration] = []
     if problems:
         return declared, problems
@@ -179,20 +192,54 @@ def jobset_group(where: str, obj: Mapping[str, Any]) -> tuple[list[Declaration],
     if leads:
         declared.append(Declaration(LEAD_SIZE, f"{where} exclusive-topology ({leads} Jobs' completion-index-0 pods "
                                                f"are scheduled before their followers exist)", leads, GROUP))
+    if exclusive is not None:
+        declared.append(exclusive)
     return declared, problems
 
 
-def _exclusive_by_affinity(on_set: Mapping[str, Any], on_job: Mapping[str, Any]) -> bool:
-    """The annotations a Job's pods get (jobset@v0.12.0 ``labelAndAnnotateObject``: the JobSet's
-    exclusive-topology with its node-selector, then the replicatedJob template's), placed by the
-    webhook's affinity (no node-selector strategy)."""
+def _exclusive_jobs(where: str, shapes: list[tuple[str, int, int, str | None]],
+                    problems: list[str]) -> Declaration | None:
+    """With any Job placed exclusively by affinity, every Job is a part of the gang in a domain
+    of its own at the exclusive-topology level (``EXCLUSIVE``). JobSet's webhook gives each
+    such Job's leader anti-affinity to every other Job's pods in its domain (jobset@v0.12.0
+    ``pod_webhook.go`` ``setExclusiveAffinities``), which keeps a Job without it out of those
+    domains too: so it gets a domain of its own as well. Railyard's slices are of one size:
+    Jobs of different sizes, or exclusive at different levels, are the gang's problem."""
+    keys = sorted({key for _, replicas, _, key in shapes if key is not None and replicas})
+    if not keys:
+        return None
+    jobs = [(name, replicas, pods) for name, replicas, pods, _ in shapes if replicas]
+    sizes = sorted({pods for _, _, pods in jobs})
+    if len(keys) > 1:
+        problems.append(f"{where}: replicatedJobs are placed exclusively at different levels ({', '.join(keys)}); "
+                        f"railyard places a JobSet's Jobs one per domain of a single level")
+        return None
+    if len(sizes) > 1 or not sizes[0]:
+        shown_jobs = " + ".join(f"{name} {replicas} x {pods}" for name, replicas, pods in jobs)
+        problems.append(f"{where}: exclusive placement of Jobs of different sizes ({shown_jobs} pods): railyard "
+                        f"places each Job as a slice of one size in a domain of its own; make the Jobs equal, or "
+                        f"use railyard.io/slice-size and railyard.io/slice-required-topology instead")
+        return None
+    count = sum(replicas for _, replicas, _ in jobs)
+    return Declaration(EXCLUSIVE, f"{where} exclusive-topology {keys[0]} (one Job per domain: {count} Jobs of "
+                                  f"{sizes[0]} pods, each pod's Job by {JOB_GLOBAL_INDEX})",
+                       (keys[0], sizes[0]), GROUP)
+
+
+def _exclusive_by_affinity(on_set: Mapping[str, Any], on_job: Mapping[str, Any]) -> str | None:
+    """The exclusive-topology key of a Job's pods (jobset@v0.12.0 ``labelAndAnnotateObject``:
+    the JobSet's exclusive-topology with its node-selector, then the replicatedJob template's),
+    when the webhook places them by affinity (no node-selector strategy); else None."""
     pod: dict[str, Any] = {}
     for source in (on_set, on_job):
         if JOBSET_EXCLUSIVE in source:
             pod[JOBSET_EXCLUSIVE] = source[JOBSET_EXCLUSIVE]
             if JOBSET_NODE_SELECTOR in source:
                 pod[JOBSET_NODE_SELECTOR] = source[JOBSET_NODE_SELECTOR]
-    return JOBSET_EXCLUSIVE in pod and JOBSET_NODE_SELECTOR not in pod
+    key = pod.get(JOBSET_EXCLUSIVE)
+    if JOBSET_NODE_SELECTOR in pod or not isinstance(key, str):
+        return None
+    return key.strip() or None
 
 
 def leaderworkerset_group(where: str, obj: Mapping[str, Any]) -> tuple[list[Declaration], list[str]]:

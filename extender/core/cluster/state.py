@@ -34,6 +34,9 @@ class Slot:
     """The member's other requests, reserved with its GPUs."""
     rails: tuple[str, ...] = ()
     """The rails planned for its GPUs, one device each (``core.placement.rails``), reserved with them."""
+    part: int | None = None
+    """A slot of a member not created yet in an exclusive slice: only a member of that part
+    (``PodFacts.part``) may claim it (``claim_slot``)."""
 
 
 @dataclass(frozen=True)
@@ -374,14 +377,14 @@ class ClusterState:
             self._by_free.setdefault(self._free[i], set()).add(i)
 
 
-def claim_slot(state: ClusterState, gang: str, member: str, gpus: int) -> str | None:
-    """Give a member created after planning one of the slots reserved for missing members; the
-    placeholder name it took, or None."""
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int | None = None) -> str | None:
+    """Give a member created after planning one of the slots reserved for missing members (of
+    its part, when the slot is an exclusive slice's); the placeholder name it took, or None."""
     res = state.reservation(gang)
     if res is None:
         return None
     for slot in res.slots:
-        if slot.member.startswith(f"{gang}#") and slot.gpus == gpus:
+        if slot.member.startswith(f"{gang}#") and slot.gpus == gpus and slot.part in (None, part):
             state.rename_slot(gang, slot.member, member)
             return slot.member
     return None

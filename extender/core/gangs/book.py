@@ -269,7 +269,7 @@ class GangBook:
             return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
         slot = self.state.slot_of(pod.key)
         if slot is None:
-            placeholder = claim_slot(self.state, rec.key, pod.key, pod.gpus)
+            placeholder = claim_slot(self.state, rec.key, pod.key, pod.gpus, pod.part)
             slot = self.state.slot_of(pod.key) if placeholder is not None else None
             if placeholder is not None:
                 # A member created after planning is a member all the same: deleting it must

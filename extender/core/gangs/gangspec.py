@@ -1,6 +1,7 @@
 """A gang's request, built from what its members and its group declare.
 
-Each role (size, timeout, required and preferred level, slice size and level, leads) takes the declaration with the lowest
+Each role (size, timeout, required and preferred level, slice size and level, leads, exclusive
+parts) takes the declaration with the lowest
 precedence found among the members and the group; members that declare different values at
 that precedence are a problem of the gang. Values are bounded before anything is sized by
 them: a pod's creator is not trusted.
@@ -11,8 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from extender.core.placement import rails
 from extender.core.placement.address import whole_ranks
 from extender.core.model import (
+    EXCLUSIVE,
     LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
@@ -65,7 +68,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
             problems.append(f"members disagree on {first[0].source}: {v1!r} ({p1}) vs {v2!r} ({p2})")
         return first[0]
 
-    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility, p.lead) for p in pods)
+    members = tuple(Member(p.key, p.gpus, p.rank, p.eligibility, p.lead, p.part) for p in pods)
     min_member = len(members)
     size = chosen(MIN_MEMBER)
     if size is not None:
@@ -98,15 +101,20 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         lead_size=lead_size,
         size_from=size.source if size is not None else "",
     )
-    spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
+    exclusive = chosen(EXCLUSIVE)
+    if exclusive is not None:
+        spec = _exclusive(spec, exclusive, chosen(SLICE_SIZE) or chosen(SLICE_LEVEL), problems)
+    else:
+        spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:
         # A round of replacements is planned beside the running members, not in slices of
         # its own (docs/reference.md, Slices); its leads were bound in the first round: this
         # one binds all at once.
         spec = replace(spec, min_member=max(len(members), min_member - len(running)), slice_size=0,
-                       slice_level=None, lead_size=0, gang_slice_size=spec.slice_size,
+                       slice_level=None, exclusive=False, lead_size=0, gang_slice_size=spec.slice_size,
                        ranks=whole_ranks([(Member(p.key, p.gpus, p.rank), p.told_rank) for p in running],
-                                         members, min_member))
+                                         members, min_member),
+                       rail_set=rail_set_of(running))
     return spec
 
 
@@ -134,6 +142,50 @@ def _sliced(spec: GangSpec, size: Declaration | None, level: Declaration | None,
     if len(problems) > before:
         return replace(spec, invalid=tuple(problems))
     return replace(spec, slice_size=count, slice_level=str(level.value).strip(), invalid=tuple(problems))
+
+
+def rail_set_of(running: Sequence[PodFacts]) -> tuple[str, ...]:
+    """The rail set of a rail-aligned gang's running GPU members: the rails railyard told most
+    of them (the first member on each node is given the gang's set; ties: the lowest), one per
+    GPU; () when none was told such rails."""
+    counts: dict[tuple[str, ...], int] = {}
+    for p in running:
+        if p.gpus > 0 and len(p.told_rails) == p.gpus:
+            counts[p.told_rails] = counts.get(p.told_rails, 0) + 1
+    return min(counts, key=lambda r: (-counts[r], [rails.rail_order(x) for x in r])) if counts else ()
+
+
+def _exclusive(spec: GangSpec, exclusive: Declaration, slices: Declaration | None,
+               problems: list[str]) -> GangSpec:
+    """The gang cut into its parts (``Member.part``), each a slice of ``(level, size)`` in a
+    domain of its own; or the reason it cannot be: a part index outside the gang's parts, a
+    part with more members than its size, or the gang also sliced by railyard's own request."""
+    value = exclusive.value
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)):
+        problems.append(f"{exclusive.source}: not a (level, pods per part) pair, got {value!r}")
+        return replace(spec, invalid=tuple(problems))
+    if slices is not None:
+        problems.append(f"{exclusive.source} gives each part a domain of its own; {slices.source} cuts the gang "
+                        f"into slices as well: use one of them")
+        return replace(spec, invalid=tuple(problems))
+    level, size = value
+    spec = _sliced(spec, Declaration(SLICE_SIZE, exclusive.source, size, exclusive.precedence),
+                   Declaration(SLICE_LEVEL, exclusive.source, level, exclusive.precedence), problems)
+    if not spec.slice_size:
+        return spec
+    parts = sum(1 for gpus, _ in spec.slots() if gpus > 0) // spec.slice_size
+    counts: dict[int, int] = {}
+    for m in spec.members:
+        if m.gpus <= 0:
+            continue
+        if m.part is None or not 0 <= m.part < parts:
+            which = "names no part" if m.part is None else f"is in part {m.part}"
+            problems.append(f"pod {m.key} {which}, but the gang has parts 0-{parts - 1} ({exclusive.source})")
+        else:
+            counts[m.part] = counts.get(m.part, 0) + 1
+    problems.extend(f"part {k} has {n} GPU pods, more than its {spec.slice_size} ({exclusive.source})"
+                    for k, n in sorted(counts.items()) if n > spec.slice_size)
+    return replace(spec, exclusive=True, invalid=tuple(problems))
 
 
 def positive_int(value: object, source: str, maximum: int, problems: list[str], default: int) -> int:

@@ -13,8 +13,9 @@ A round of replacements for a running gang is planned on its own, beside the run
 each of its members gets its rank in the whole gang (``whole_ranks``: the running members keep the
 ranks railyard told them and the new ones take the ranks none holds, so a replacement takes the
 lost member's rank), the slice of that rank, and its own domains and the rails
-its own plan gave it (none for a replacement planned alone on a node: the gang's rail set is not
-known from the running members' facts).
+its own plan gave it: the gang's rail set, read back from the rails railyard told the running
+members (``GangSpec.rail_set``), on a node where it is free when its home domain has one
+(``rails.align``), else the node's lowest free rails.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ The algorithm, in one place:
    A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
    of S consecutive ranks inside one domain of the slice level, the fewest such domains (and
    above them) counted in whole slices, a domain filled before the next opens.
+   Exclusive slices (a JobSet's Jobs) are the gang's parts instead, each in a slice-level
+   domain no other slice takes.
    A gang of one class of partial-node members spanning nodes is then moved, inside the
    narrowest domain it already occupies, onto nodes where one rail set is free (``rails``).
 4. Members sorted by rank index take their class's slots in depth-first order, so consecutive
@@ -59,7 +61,7 @@ from extender.core.placement.packing import (
     usable_nodes,
 )
 from extender.core.placement.levels import landing_levels, resolve_levels
-from extender.core.placement.slices import SliceRule, cut, pack, resolve, whole_slices
+from extender.core.placement.slices import SliceRule, cut, pack, resolve, runs, whole_slices
 from extender.core.cluster.state import CORDONED, NOT_READY, Slot, View
 from extender.core.cluster.topology import Domain, Fabric, Topology
 
@@ -151,7 +153,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
     classes = classes_of(gang)
     if (fabric is None and len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1
-            and bound <= topo.depth):
+            and bound <= topo.depth and not gang.rail_set):
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
@@ -168,7 +170,7 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
     first = classes[0]
     cap_prefix = [0, *accumulate(first.cap)]
     pref = _preference_prefix(view, first.eligibility)
-    sliced = cut(gang, classes, rule.size) if rule else []
+    sliced = cut(gang, classes, rule) if rule else []
 
     whole_prefix: list[int] = []
     for lvl in landing_levels(topo, bound, fabric):
@@ -197,14 +199,14 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
             candidates[: len(ties)] = ties
         for _, _, dom in candidates:
             if rule is not None:
-                parts = pack(view, avail, dom, sliced, rule.level)
+                parts = pack(view, avail, dom, sliced, rule)
                 if isinstance(parts, list):
                     return _home(_assign(gang, view, parts, classes, preferred, usable, rule), limits)
             elif len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
                 left = Left(view, avail)
                 taken = allocate(topo, left, dom, classes)
                 assert taken is not None, "domain was checked to hold the gang"
-                taken, rail_set = _rail_aligned(view, left, classes, taken)
+                taken, rail_set = _rail_aligned(view, left, classes, taken, gang.rail_set, limits.within)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
 
@@ -271,7 +273,7 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
             continue  # a pool without the gang's levels: none of its domains is a place for it
         first_bound = bound if first_bound is None else first_bound
         rule = None if problems or gang.invalid else resolve(gang, topo, bound, preferred, fabric)[0]
-        sliced = cut(gang, classes, rule.size) if rule else []
+        sliced = cut(gang, classes, rule) if rule else []
         for d in range(topo.domain_count(bound)):
             dom = topo.domain(bound, d)
             if fabric is not None and not fabric.start <= dom.start < fabric.end:
@@ -284,7 +286,7 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
                 available=sum(avail[i] for i in span),
                 fits=fits(view, classes, avail, dom),
                 blocked_nodes=sum(1 for i in span if not classes[0].may[i]),
-                slices=whole_slices(view, avail, dom, sliced, rule.level) if rule else 0,
+                slices=whole_slices(view, avail, dom, sliced, rule) if rule else 0,
             ))
     bound = first_bound if first_bound is not None else -1
     rows.sort(key=lambda r: (-r.slices, -r.fits, -r.available, r.domain.start))
@@ -396,17 +398,22 @@ def _ancestor_free(topo: Topology, lvl: int, d: int, free_prefix: list[int]) -> 
     return tuple(out)
 
 
-def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken) -> tuple[Taken, tuple[str, ...] | None]:
+def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken, given: tuple[str, ...],
+                  within: Domain | None) -> tuple[Taken, tuple[str, ...] | None]:
     """One class of partial-node members over several nodes: moved onto nodes of the same
-    narrowest domain where one rail set is free (``rails``); (taken, the rail set or None)."""
+    narrowest domain where one rail set is free (``rails``); (taken, the rail set or None).
+    Members that join running ones with rail set ``given`` (a replacement round, even of one
+    member) keep that set, moved onto nodes of the domain they must stay in (``within``)."""
     nodes = sorted(taken)
-    if len(classes) != 1 or not rails.wanted(view, classes[0].gpus, nodes):
+    if len(classes) != 1 or not rails.wanted(view, classes[0].gpus, nodes, joined=bool(given)):
         return taken, None
     topo, c = view.topology, classes[0]
     lvl = topo.common_level(nodes)
     span = topo.domain(lvl, topo.node_domain[lvl][nodes[0]]) if lvl >= 0 else topo.domain(-1, 0)
+    if given and within is not None and within.start <= nodes[0] < within.end:
+        span = within
     spare = [i for i in range(span.start, span.end) if i not in taken and left.cap(c, i) > 0]
-    moved, rail_set = rails.align(view, c.gpus, {i: taken[i][0] for i in nodes}, spare)
+    moved, rail_set = rails.align(view, c.gpus, {i: taken[i][0] for i in nodes}, spare, given)
     return {i: {0: n} for i, n in moved.items()}, rail_set
 
 
@@ -414,13 +421,14 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
             preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None,
             rail_set: tuple[str, ...] | None = None) -> PlanResult:
     """Give slots to members: per class, by rank, in depth-first (node index) order; with
-    slices, part k (slice k's nodes) to the k-th run of ``rule.size`` GPU members; with a rail
-    set, each GPU slot its rails (``rails.member_rails``)."""
+    slices, part k (slice k's nodes) to slice k's members (``slices.runs``), and with exclusive
+    slices each slot of a member not created yet to that part, for its part's member to claim;
+    with a rail set, each GPU slot its rails (``rails.member_rails``)."""
     topo = view.topology
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
     members = rank_order(gang.members)
-    gpu = [m for m in members if m.gpus > 0]
     zero = [m for m in members if m.gpus == 0]
+    by_slice = runs(gang, rule) if rule else [[m for m in members if m.gpus > 0]]
     slots: list[tuple[int, Slot]] = []
     missing = 0
     for s, taken in enumerate(parts):
@@ -428,14 +436,15 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
         for node in sorted(taken):
             for k, n in taken[node].items():
                 by_class.setdefault(k, []).extend([node] * n)
-        for m in gpu[s * rule.size:(s + 1) * rule.size] if rule else gpu:
+        for m in by_slice[s]:
             node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
             slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+        part = s if rule is not None and rule.exclusive else None
         for k, nodes in sorted(by_class.items()):  # members not created yet
             for node in nodes:
                 missing += 1
                 slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
-                                         classes[k].eligibility.requests)))
+                                         classes[k].eligibility.requests, part=part)))
     if rail_set is not None:
         slots = _with_rails(view, slots, rail_set)
     anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
@@ -512,7 +521,7 @@ def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[in
         if fabric is not None:
             domains = [d for d in domains if fabric.start <= d.start and d.end <= fabric.end]
     for dom in domains:
-        n = (whole_slices(view, avail, dom, list(sliced), rule.level) if rule else 0, fits(view, classes, avail, dom))
+        n = (whole_slices(view, avail, dom, list(sliced), rule) if rule else 0, fits(view, classes, avail, dom))
         if n > most:
             best, most = dom, n
     if best is None:

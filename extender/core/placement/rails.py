@@ -19,7 +19,10 @@ Once the planner has chosen the domain and the nodes by counts (``planner``), ``
 3. gives every member its rails: the first member on a node *R* where it is free, every other
    member the lowest free rails left there.
 
-Only preferred: a gang with too few aligned nodes still lands, the mixed nodes last. What an
+Only preferred: a gang with too few aligned nodes still lands, the mixed nodes last. A round of
+replacements beside running members keeps their rail set (``GangSpec.rail_set``, read back from
+the rails railyard told them) instead of choosing one, even a single member, and moves inside
+the domain it must stay in (its running members') to nodes where that set is free. What an
 extender cannot do: choose the devices. kube-scheduler's DRA allocator does, among the free
 devices matching the claim; where exactly the member's count is free on the node the choice is
 forced, otherwise a claim selector on the rail attribute makes it so.
@@ -55,11 +58,12 @@ def free_rails(view: View, i: int) -> list[str]:
     return sorted((r for r, n in node.rails if n - held.get(r, 0) > 0), key=rail_order)
 
 
-def wanted(view: View, gpus: int, nodes: Sequence[int]) -> bool:
-    """Whether members of ``gpus`` GPUs on these nodes have rails to align: they span nodes,
-    take part of a node, and some node names its rails."""
+def wanted(view: View, gpus: int, nodes: Sequence[int], joined: bool = False) -> bool:
+    """Whether members of ``gpus`` GPUs on these nodes have rails to align: they span nodes (or
+    join running members on others: ``joined``), take part of a node, and some node names its
+    rails."""
     topo = view.topology
-    return (len(nodes) > 1 and any(gpus < topo.nodes[i].gpus for i in nodes)
+    return ((len(nodes) > 1 or joined) and any(gpus < topo.nodes[i].gpus for i in nodes)
             and any(topo.nodes[i].rails for i in nodes))
 
 
@@ -82,14 +86,17 @@ def choose(view: View, size: int, nodes: Sequence[int]) -> tuple[str, ...] | Non
     return min(counts, key=lambda r: (-counts[r], [rail_order(x) for x in r]))
 
 
-def align(view: View, size: int, chosen: dict[int, int], spare: Sequence[int]) -> tuple[dict[int, int], tuple[str, ...] | None]:
+def align(view: View, size: int, chosen: dict[int, int], spare: Sequence[int],
+          given: tuple[str, ...] = ()) -> tuple[dict[int, int], tuple[str, ...] | None]:
     """Steps 1 and 2: (members per node after the moves, the gang's rail set).
 
     ``chosen``: node -> members planned there; ``spare``: the other nodes of the narrowest
-    domain holding ``chosen`` with room for one more member, in the order to take them.
+    domain holding ``chosen`` with room for one more member, in the order to take them;
+    ``given``: the rail set of running members the planned ones join (a replacement round),
+    kept instead of choosing one.
     """
     spare = spare[:MAX_SPARE]
-    rails = choose(view, size, [*chosen, *spare])
+    rails = given or choose(view, size, [*chosen, *spare])
     if rails is None:
         return chosen, None
     want = set(rails)

@@ -18,6 +18,12 @@ Slices that mix shapes are packed one at a time in rank order, first-fit decreas
 gangs are, by the same rule as near as one slice at a time can follow it: into an L-domain
 earlier slices opened while one holds the slice (it fills before the next opens), else the best
 fit among the L-domains with the GPUs of every slice left, else the largest.
+
+Exclusive slices (a JobSet with exclusive placement: ``GangSpec.exclusive``) are the gang's
+parts, slice k holding the members of part k and the slots of its members not created yet;
+each takes an L-domain no other slice of the gang takes, one at a time in part order: the best
+fit (least free GPUs) among the L-domains not yet taken that hold it, so large domains stay
+whole.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
-from extender.core.model import GangSpec
+from extender.core.model import GangSpec, Member
 from extender.core.placement.packing import Left, PodClass, Taken, Units, allocate, fewest_domains, rank_order
 from extender.core.cluster.state import View
 from extender.core.cluster.topology import Domain, Fabric, Topology
@@ -37,6 +43,8 @@ class SliceRule:
     """GPU pods per slice."""
     level: int
     """The level each slice stays inside (an index into the topology's levels)."""
+    exclusive: bool = False
+    """Each slice in a domain of ``level`` of its own (``GangSpec.exclusive``)."""
 
 
 def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None,
@@ -54,31 +62,44 @@ def resolve(gang: GangSpec, topo: Topology, bound: int, preferred: int | None,
     if outer is not None and level < outer:
         kind = "required" if gang.required is not None else "preferred"
         return None, [f"slice level {gang.slice_level} is wider than the gang's {kind} level {which}"]
-    return SliceRule(gang.slice_size, level), []
+    return SliceRule(gang.slice_size, level, gang.exclusive), []
 
 
-def cut(gang: GangSpec, classes: list[PodClass], size: int) -> list[list[PodClass]]:
-    """The gang's slices in rank order, each as its own count of every class (indexes kept):
-    members by rank, then the members not created yet, which look like the commonest one."""
+def runs(gang: GangSpec, rule: SliceRule) -> list[list[Member]]:
+    """The GPU members of each slice, in rank order: runs of ``rule.size`` members by rank; with
+    exclusive slices, the members of each part. A slice with fewer members than its size gets
+    the slots of members not created yet."""
+    gpu = [m for m in rank_order(gang.members) if m.gpus > 0]
+    count = sum(1 for gpus, _ in gang.slots() if gpus > 0) // rule.size
+    if rule.exclusive:
+        return [[m for m in gpu if m.part == k] for k in range(count)]
+    return [gpu[k * rule.size:(k + 1) * rule.size] for k in range(count)]
+
+
+def cut(gang: GangSpec, classes: list[PodClass], rule: SliceRule) -> list[list[PodClass]]:
+    """The gang's slices (``runs``), each as its own count of every class (indexes kept): its
+    members, then the members not created yet, which look like the commonest one."""
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
-    shapes = [(m.gpus, m.eligibility) for m in rank_order(gang.members)] + gang.slots()[len(gang.members):]
-    seats = [index[shape] for shape in shapes if shape[0] > 0]
+    missing = [index[shape] for shape in gang.slots()[len(gang.members):] if shape[0] > 0]
     out = []
-    for start in range(0, len(seats), size):
+    for run in runs(gang, rule):
         counts = [0] * len(classes)
-        for k in seats[start:start + size]:
+        for m in run:
+            counts[index[(m.gpus, m.eligibility)]] += 1
+        for k in missing[:rule.size - len(run)]:
             counts[k] += 1
+        missing = missing[rule.size - len(run):]
         out.append([c.counted(n) for c, n in zip(classes, counts)])
     return out
 
 
-def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], level: int) -> list[Taken] | int:
+def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], rule: SliceRule) -> list[Taken] | int:
     """What each slice takes inside dom, in rank order; or, when they do not all fit, how many
     whole slices did."""
-    if slices and len(slices[0]) == 1:
-        return _pack_one_shape(view, avail, dom, slices, level)
+    if slices and len(slices[0]) == 1 and not rule.exclusive:
+        return _pack_one_shape(view, avail, dom, slices, rule.level)
     left = Left(view, avail)
-    domains = _SliceDomains(view.topology, left, dom, level, slices[0] if slices else [])
+    domains = _SliceDomains(view.topology, left, dom, rule, slices[0] if slices else [])
     rest = [*accumulate(sum(c.gpus * c.count for c in piece) for piece in reversed(slices))][::-1]
     parts: list[Taken] = []
     for k, piece in enumerate(slices):
@@ -89,13 +110,13 @@ def pack(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]]
     return parts
 
 
-def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], level: int) -> int:
+def whole_slices(view: View, avail: list[int], dom: Domain, slices: list[list[PodClass]], rule: SliceRule) -> int:
     """How many of the slices dom holds: for pods of one shape, each slice-level domain's slots
-    // slice size (exact); else as many as ``pack`` places."""
-    if not slices or len(slices[0]) != 1:
-        parts = pack(view, avail, dom, slices, level)
+    // slice size (exact); else (and for exclusive slices) as many as ``pack`` places."""
+    if not slices or len(slices[0]) != 1 or rule.exclusive:
+        parts = pack(view, avail, dom, slices, rule)
         return len(parts) if isinstance(parts, list) else parts
-    return min(len(slices), _slice_units(view, avail, dom, slices[0][0], level).cap(dom.level, dom.index))
+    return min(len(slices), _slice_units(view, avail, dom, slices[0][0], rule.level).cap(dom.level, dom.index))
 
 
 def _slice_units(view: View, avail: list[int], dom: Domain, c: PodClass, level: int) -> Units:
@@ -140,8 +161,9 @@ class _SliceDomains:
     """The domains of the slice level inside the gang's domain, with the free GPUs and the slots
     each still has per class, and which ones earlier slices opened."""
 
-    def __init__(self, topo: Topology, left: Left, dom: Domain, level: int, classes: list[PodClass]) -> None:
-        self.topo, self.left = topo, left
+    def __init__(self, topo: Topology, left: Left, dom: Domain, rule: SliceRule, classes: list[PodClass]) -> None:
+        self.topo, self.left, self.exclusive = topo, left, rule.exclusive
+        level = rule.level
         if level <= dom.level:
             self.domains = [dom]  # the gang's domain lies inside one domain of the slice level
         else:
@@ -154,15 +176,20 @@ class _SliceDomains:
     def place(self, piece: list[PodClass], rest: int) -> Taken | None:
         """The slice into, in turn: a domain earlier slices opened (least free first), so it
         fills before the next opens; else the best fit among the domains with the GPUs of this
-        and every later slice (``rest``); else the largest. None: no domain holds it."""
+        and every later slice (``rest``); else the largest. Exclusive slices: the best fit among
+        the domains no earlier slice took. None: no domain holds it."""
         need = sum(c.gpus * c.count for c in piece)
         fits = [d for d, free in enumerate(self.free)
                 if free >= need and all(c.count <= self.slots[k][d] for k, c in enumerate(piece))]
-        opened = sorted((d for d in fits if d in self.opened), key=lambda d: (self.free[d], d))
         fresh = [d for d in fits if d not in self.opened]
-        whole = sorted((d for d in fresh if self.free[d] >= rest), key=lambda d: (self.free[d], d))
-        largest = sorted((d for d in fresh if self.free[d] < rest), key=lambda d: (-self.free[d], d))
-        for d in [*opened, *whole, *largest]:
+        if self.exclusive:
+            order = sorted(fresh, key=lambda d: (self.free[d], d))
+        else:
+            opened = sorted((d for d in fits if d in self.opened), key=lambda d: (self.free[d], d))
+            whole = sorted((d for d in fresh if self.free[d] >= rest), key=lambda d: (self.free[d], d))
+            largest = sorted((d for d in fresh if self.free[d] < rest), key=lambda d: (-self.free[d], d))
+            order = [*opened, *whole, *largest]
+        for d in order:
             taken = allocate(self.topo, self.left, self.domains[d], piece)
             if taken is None:
                 continue

@@ -469,3 +469,20 @@ def test_address_annotation_names_are_made_valid_and_told_apart():
     written = notes.address_annotations(address)
     assert list(written) == ["railyard.io/domain.zone", "railyard.io/domain.zone-1", "railyard.io/domain." + "x" * 56]
     assert "railyard.io/rank" not in written and "railyard.io/slice" not in written  # a replacement round
+
+
+@pytest.mark.parametrize("raw, read", [
+    ("0,1,2,3", ("0", "1", "2", "3")),
+    ("rail-a", ("rail-a",)),
+    ("", ()),
+    ("0,,1", ()),
+    ("x" * 64, ()),
+    (",".join(["1"] * 65), ()),
+    ("1" * 5000, ()),
+])
+def test_the_rails_railyard_told_a_member_are_read_back_only_in_their_shape(raw, read):
+    from extender.adapters.kubeobjects import notes
+    assert notes.told_rails({"railyard.io/rails": raw}) == read
+    pod = {"metadata": {"name": "p", "namespace": "ml", "annotations": {
+        "railyard.io/rails": raw, "railyard.io/binding": '{"round":"r","node":"h1","size":1}'}}, "spec": {}}
+    assert ko.pod_facts(pod, "nvidia.com/gpu").told_rails == read

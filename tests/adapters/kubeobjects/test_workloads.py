@@ -144,6 +144,61 @@ def test_exclusive_placement_makes_each_jobs_index_0_pod_a_lead(where):
     assert spec.lead_size == 2 and spec.min_member == 8 and [m.lead for m in spec.members].count(True) == 2
 
 
+@pytest.mark.parametrize("where", ["jobset", "replicatedjob"])
+def test_exclusive_placement_makes_each_job_a_slice_of_its_own(where):
+    # jobset@v0.12.0 pod_webhook.go setExclusiveAffinities: one Job per domain of the key.
+    excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "network.topology.nvidia.com/accelerator"}
+    pods = jobset_pods("ex", [("w", 3, 2)], set_annotations=excl)
+    js = (jobset("ex", [rjob("w", 3, 2)], annotations=excl) if where == "jobset"
+          else jobset("ex", [rjob("w", 3, 2, template={"metadata": {"annotations": excl}})]))
+    leads = [p for p in pods if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    spec, facts = spec_of(leads, js)
+    assert not spec.invalid, spec.invalid
+    assert spec.exclusive and spec.slice_size == 2 and spec.slice_level == "network.topology.nvidia.com/accelerator"
+    assert spec.min_member == 6 and [m.part for m in spec.members] == [0, 1, 2]
+    assert [f.part for f in (T.pod(p) for p in pods)] == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_job_without_exclusive_placement_beside_exclusive_ones_gets_a_domain_of_its_own_too():
+    # The exclusive leaders' anti-affinity keeps every other Job's pods out of their domains.
+    excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}
+    js = jobset("mix", [rjob("a", 1, 2, template={"metadata": {"annotations": excl}}), rjob("b", 2, 2)])
+    spec, _ = spec_of(jobset_pods("mix", [("a", 1, 2), ("b", 2, 2)]), js)
+    assert not spec.invalid and spec.exclusive and spec.slice_size == 2 and spec.lead_size == 1
+
+
+@pytest.mark.parametrize("rjobs, says", [
+    ([rjob("driver", 1, 1), rjob("w", 2, 4)],
+     "JobSet ml/uneq: exclusive placement of Jobs of different sizes (driver 1 x 1 + w 2 x 4 pods): railyard "
+     "places each Job as a slice of one size in a domain of its own"),
+    ([rjob("a", 1, 2, template={"metadata": {"annotations": {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "block"}}}), rjob("w", 2, 2)],
+     "JobSet ml/uneq: replicatedJobs are placed exclusively at different levels (block, rack)"),
+])
+def test_exclusive_jobsets_railyard_cannot_cut_in_equal_slices_are_refused_with_the_numbers(rjobs, says):
+    excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}
+    group = T.group(jobset("uneq", rjobs, annotations=excl))
+    assert any(says in p for p in group.problems), group.problems
+
+
+def test_exclusive_placement_and_railyards_own_slices_are_not_mixed():
+    excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}
+    pods = jobset_pods("both", [("w", 2, 2)], set_annotations={**excl, "railyard.io/slice-size": "2",
+                                                               "railyard.io/slice-required-topology": "rack"})
+    spec, _ = spec_of(pods, jobset("both", [rjob("w", 2, 2)], annotations=excl))
+    assert any("gives each part a domain of its own; railyard.io/slice-size cuts the gang into slices as well"
+               in p for p in spec.invalid), spec.invalid
+
+
+def test_a_pod_outside_the_jobsets_jobs_is_a_problem_of_the_gang():
+    excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"}
+    pods = jobset_pods("out", [("w", 2, 2)], set_annotations=excl)
+    pods[3]["metadata"]["labels"]["jobset.sigs.k8s.io/job-global-index"] = "7"
+    spec, _ = spec_of(pods, jobset("out", [rjob("w", 2, 2)], annotations=excl))
+    assert any(p.startswith("pod ml/out-w-1-1-x0 is in part 7, but the gang has parts 0-1 (JobSet ml/out "
+                            "exclusive-topology rack") for p in spec.invalid), spec.invalid
+
+
 def test_exclusive_placement_by_node_selector_has_no_leads():
     # jobset@v0.12.0 pod_webhook.go: with the node-selector strategy the webhook orders nothing.
     excl = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack",

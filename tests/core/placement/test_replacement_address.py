@@ -81,3 +81,16 @@ def test_clashing_or_missing_told_ranks_fall_back_to_rank_index_labels():
     running = [replace(member(0, "h0"), told_rank=0), replace(member(2, "h2"), told_rank=0), member(3, "h3")]
     spec = gangspec.build("ml/g", [member(1)], None, 60, running=running)
     assert dict(spec.ranks)["ml/w-1"] == 1
+
+
+def test_a_replacement_round_keeps_the_rail_set_most_running_members_were_told():
+    """The first member on each node is told the gang's rail set; a second member on a node the
+    rails left there. Rails of another length than the member's GPUs (a hand-edited
+    annotation) are not a rail set."""
+    four = [replace(member(i, f"h{i}"), gpus=4) for i in range(5)]
+    running = [replace(four[0], told_rails=("0", "1", "2", "3")), replace(four[1], told_rails=("4", "5", "6", "7")),
+               replace(four[2], told_rails=("0", "1", "2", "3")), replace(four[3], told_rails=("9",) * 5)]
+    spec = gangspec.build("ml/g", [replace(member(5), gpus=4)], None, 60, running=running)
+    assert spec.rail_set == ("0", "1", "2", "3")
+    assert gangspec.build("ml/g", [replace(member(5), gpus=4)], None, 60, running=running[3:]).rail_set == ()
+    assert gangspec.build("ml/g", [member(i) for i in range(6)], None, 60).rail_set == ()
