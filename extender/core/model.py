@@ -212,7 +212,9 @@ MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED = "min_member", "timeout", "required", 
 SLICE_SIZE, SLICE_LEVEL = "slice_size", "slice_level"
 LEAD_SIZE = "lead_size"
 """How many lead members (``PodFacts.lead``) the gang binds before the others can exist."""
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE)
+PREFERRED_WAIT = "preferred_wait"
+"""Seconds the gang waits for its preferred level before it accepts a wider domain."""
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, PREFERRED_WAIT)
 
 
 @dataclass(frozen=True)
@@ -435,6 +437,11 @@ class GangSpec:
     """The whole gang's slice size, kept for such a round's addresses (it is planned unsliced)."""
     size_from: str = ""
     """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
+    preferred_wait_seconds: float = 0.0
+    """How long the gang waits, holding nothing, for a domain of ``preferred`` before it accepts
+    a wider one (``PREFERRED_WAIT``); 0: it accepts one at once."""
+    preferred_wait_capped_from: float | None = None
+    """The wait the gang asked for, when it was capped to ``preferred_wait_seconds``."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

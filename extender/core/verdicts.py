@@ -156,6 +156,16 @@ def settling(gang: str, members: int, quiet: float, interval: float) -> str:
             f"(declare the size to skip the wait: railyard.io/min-member or its PodGroup's)")
 
 
+def preferring(topo: Topology, narrow: NoPlacement, wider: Placement, left: float, wait: float,
+               asked: float | None) -> str:
+    """A gang waits for its preferred level (``narrow``: why none holds it now) though it fits
+    wider now (``wider``)."""
+    capped = f", capped from {asked:g}s by gangs.max_preferred_wait_seconds" if asked is not None else ""
+    return (f"{explain_no_placement(topo, narrow)}; it waits {max(left, 0.0):.0f}s more (of {wait:g}s{capped}) "
+            f"for one, holding nothing, then takes a wider domain: it fits now "
+            f"{where_planned(topo, wider).removeprefix('planned ')}")
+
+
 def gang_grew(gang: str, member: str) -> str:
     return f"gang {gang} grew to include {member}; planning again"
 

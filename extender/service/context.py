@@ -99,7 +99,8 @@ class Context:
         running = self.pods.bound_pods(rec.key) + self.pods.done_pods(rec.key)
         gangs = self.settings.gangs
         spec = gangspec.build(rec.key, members, gangspec.group_of(self.groups, pod), gangs.default_timeout_seconds,
-                              running=running, max_timeout=gangs.max_timeout_seconds)
+                              running=running, max_timeout=gangs.max_timeout_seconds,
+                              max_preferred_wait=gangs.max_preferred_wait_seconds)
         return spec, members, running
 
     def unsettled(self, spec: GangSpec, now: float) -> str | None:

@@ -5,6 +5,8 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            grew is unreserved
              unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
+                                           (or, within its wait for its preferred level, that
+                                           it waits: ``preferring_until``)
              preempts(rec, reason)         a preemptor's reservation says what it evicts
              steer(rec, member, names)     the member's one planned node, or the reason (a node
                                            kube-scheduler refused: unreserve, plan again without it;
@@ -26,7 +28,7 @@ writes a record (``tests/core/gangs/test_records.py``); the others read it.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
@@ -144,6 +146,12 @@ class GangRecord:
     closest: Domain | None = None
     """While it has no placement: the domain of its bound level that held most of it (the
     reason's "best ... fits"); None once planned."""
+    preferring_since: float | None = None
+    """When it was first planned with a wait for its preferred level (``GangSpec.
+    preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
+    preferring_until: float | None = None
+    """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
+    preferred level's do not, and its wait runs until then. None: it does not wait by choice."""
 
 
 class GangBook:
@@ -214,15 +222,30 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
+        aim, until = self._aim(rec, spec, homes, drain, now)
         # A drained gang lands where it drained; else in the first of its homes that holds it;
         # a new instance of a workload back where its last one was bound, when it fits there.
         last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
-        result = starvation.inside(spec, view, drain, refused) or warm.inside(spec, view, refused, last) \
-            or plan_near(spec, view, refused, homes)
+        result = starvation.inside(spec, view, drain, refused) or warm.inside(aim, view, refused, last) \
+            or plan_near(aim, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()
         rec.sized = spec.sized
+        rec.preferring_until = None
+        if isinstance(result, NoPlacement) and until is not None and not result.invalid:
+            # Waiting for the preferred level is waiting by choice only while a wider domain
+            # holds the gang (read-only: nothing is reserved); when none does it lacks room,
+            # and the starvation bound runs as for any gang (docs/slurm.md).
+            wider = warm.inside(spec, view, refused, last) or plan_near(spec, view, refused, homes)
+            if isinstance(wider, Placement):
+                rec.reason = verdicts.preferring(topo, result, wider, until - now, spec.preferred_wait_seconds,
+                                                 spec.preferred_wait_capped_from)
+                rec.placement, rec.closest, rec.unplaced_since = None, result.best, None
+                rec.preferring_until = until
+                self._step(rec, Event.PREFERRING)
+                return
+            result = wider
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
             rec.placement, rec.closest = None, result.best
@@ -255,6 +278,19 @@ class GangBook:
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
+
+    def _aim(self, rec: GangRecord, spec: GangSpec, homes: Sequence[Domain], drain: Reservation | None,
+             now: float) -> tuple[GangSpec, float | None]:
+        """The request to plan now, and until when the gang waits for its preferred level (None:
+        it does not): within its wait, its preferred level bounds it. The wait starts at its first
+        plan and spans rounds; a replacement round (``homes``, ``ranks``) and a drained gang do
+        not wait: they stay where their running members are, or where they drained."""
+        if not spec.preferred_wait_seconds or spec.preferred is None or homes or spec.ranks or drain is not None:
+            return spec, None
+        if rec.preferring_since is None:
+            rec.preferring_since = now
+        until = rec.preferring_since + spec.preferred_wait_seconds
+        return (replace(spec, required=spec.preferred), until) if now < until else (spec, None)
 
     def preempts(self, rec: GangRecord, reason: str) -> None:
         """A preemptor's new reservation: its reason says what it evicts, and where."""
@@ -388,6 +424,7 @@ class GangBook:
 
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
+        rec.preferring_since = None
         rec.bound_at = now
         rec.reason = verdicts.gang_bound(rec.key, pods)
         if rec.phase == Phase.BINDING:
