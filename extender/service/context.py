@@ -69,7 +69,8 @@ class Context:
     def tick(self) -> float:
         """Now, with time applied (under the lock): expired deadlines end their rounds; pods
         only filter has seen, past their time or the bounds, are forgotten as if deleted;
-        forgotten gangs are collected."""
+        exclusive gangs that hold and run nothing give their domains back; forgotten gangs are
+        collected."""
         now = self.clock()
         changed = self.book.expire(now)
         pods = self.pods
@@ -84,6 +85,7 @@ class Context:
                     self.state.drop_slot(pod.key)  # still held if that gang is not planned
             if forgotten:
                 self.ports.observer.pods_forgotten(len(forgotten))
+        changed |= self.book.end_claims(now, lambda gang: bool(pods.bound_pods(gang)))
         if changed:
             self.changed()
         self.book.collect(now, pods.has_pending)

@@ -6,6 +6,7 @@ topology path starts a new ``Topology`` generation (built lazily, on the next re
 free[i]  = allocatable GPUs - GPU requests of pods on the node that are not Succeeded/Failed
            - GPUs reserved for planned gangs on the node
 taken[i] = the same for every other resource (cpu, memory, pods, ...), as a mapping
+held[i]  = the exclusive gang whose claimed domain holds the node (``claim``), only such nodes
 
 Not thread-safe: the service serialises access.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Iterable, Mapping
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
-from extender.core.cluster.topology import Topology
+from extender.core.cluster.topology import Domain, Topology
 
 CORDONED = "cordoned"
 NOT_READY = "not ready"
@@ -51,6 +52,16 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A node inside a domain an exclusive gang claims (``railyard.io/exclusive-topology``):
+    no other gang and no lone pod is placed on it."""
+
+    gang: str
+    domain: Domain
+    """The claimed domain, at the gang's exclusive level."""
+
+
+@dataclass(frozen=True)
 class View:
     """What the planner reads: a live view of the state's counters, not a copy. Valid until
     the state next changes; treat every list as read-only."""
@@ -80,6 +91,8 @@ class View:
     """GPUs reserved for gangs, per node name, only nodes with a reservation."""
     reserved_rails: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Per node name, devices reserved per rail (slots that name rails), only such nodes."""
+    held: Mapping[int, Hold] = field(default_factory=dict)
+    """Per node index, the exclusive gang's claim that holds it, only such nodes."""
 
 
 class ClusterState:
@@ -105,6 +118,11 @@ class ClusterState:
         self._by_free: dict[int, set[int]] = {}
         self._alloc_arr: list[Mapping[str, int]] = []
         self._taken_arr: list[Mapping[str, int]] = []
+        self._claims: dict[str, tuple[str, frozenset[tuple[str | None, ...]]]] = {}
+        """Exclusive gang -> (its level's key, the paths of the domains it claims): identities
+        that outlive a topology generation, so a node that joins a claimed domain is held too."""
+        self._held: tuple[Topology, dict[int, Hold]] | None = None
+        """``View.held`` for one topology generation and the claims as they are (None: stale)."""
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -259,6 +277,48 @@ class ClusterState:
         else:
             del self._reservations[gang]
 
+    # -- exclusive domains ----------------------------------------------------------------------
+
+    def claim(self, gang: str, level: int, nodes: Iterable[str], keep: bool = False) -> tuple[Domain, ...]:
+        """The domains at ``level`` that hold ``nodes`` become the gang's alone; with ``keep``,
+        beside those it claims already (a round beside its running members). The claimed domains."""
+        topo = self.topology
+        key = topo.level_key(level)
+        assert key is not None  # a level of the tree, never the whole cluster
+        paths = {topo.domain(level, topo.node_domain[level][topo.index[n]]).path for n in nodes if n in topo.index}
+        old = self._claims.get(gang)
+        if keep and old is not None and old[0] == key:
+            paths |= old[1]
+        self._claims[gang] = (key, frozenset(paths))
+        self._held = None
+        return tuple(h.domain for h in dict.fromkeys(v for v in self._held_map().values() if v.gang == gang))
+
+    def unclaim(self, gang: str) -> bool:
+        """The gang's domains are open to every pod again; False when it claimed none."""
+        if self._claims.pop(gang, None) is None:
+            return False
+        self._held = None
+        return True
+
+    def claimants(self) -> list[str]:
+        return list(self._claims)
+
+    def _held_map(self) -> dict[int, Hold]:
+        topo = self.topology
+        if self._held is not None and self._held[0] is topo:
+            return self._held[1]
+        held: dict[int, Hold] = {}
+        for gang, (key, paths) in self._claims.items():
+            lvl = topo.level_index(key)
+            if lvl is None:
+                continue  # the level is gone (labels relabelled): nothing of it is held
+            for d in range(topo.domain_count(lvl)):
+                dom = topo.domain(lvl, d)
+                if dom.path in paths:
+                    held.update((i, Hold(gang, dom)) for i in range(dom.start, dom.end))
+        self._held = (topo, held)
+        return held
+
     # -- snapshot ---------------------------------------------------------------------------
 
     @property
@@ -272,7 +332,7 @@ class ClusterState:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
-                    self._blocked_set, self._reserved, self._reserved_rails)
+                    self._blocked_set, self._reserved, self._reserved_rails, self._held_map())
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)

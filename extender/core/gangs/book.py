@@ -17,7 +17,9 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            else the members to evict
              later_bound(...)              a started gang's later member: bound, or its error alone
              compensated(...)              the evictions are done: the gang starts again whole
-    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now),
+             end_claims(now, running)      an exclusive gang's domains open once it holds
+                                           nothing and runs nothing
     notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
@@ -43,6 +45,10 @@ from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
+
+CLAIM_GRACE_SECONDS = 10.0
+"""An exclusive gang just bound keeps its domains this long though the watch shows none of its
+pods bound yet (``end_claims``)."""
 
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
@@ -269,6 +275,10 @@ class GangBook:
         rec.lead_size = spec.lead_size
         rec.leads = {m.key for m in spec.members if m.lead and m.gpus > 0}
         rec.reason = verdicts.explain_placement(topo, result)
+        if result.exclusive is not None:
+            # A round beside running members (homes) keeps the domains they are in.
+            held = self.state.claim(rec.key, result.exclusive, [s.node for s in gpu_slots], keep=bool(homes))
+            rec.reason += "; " + verdicts.holds_exclusively(topo, rec.key, held, sum(s.gpus for s in gpu_slots))
         if last is not None and last.start <= result.domain.start and result.domain.end <= last.end:
             rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, last)
         if spec.timeout_capped_from is not None:
@@ -511,6 +521,21 @@ class GangBook:
             self.observer.gang_finished("timed_out")
             changed = True
         return changed
+
+    def end_claims(self, now: float, running: Callable[[str], bool]) -> bool:
+        """Give back the domains of exclusive gangs that hold no reservation and have no pod
+        running (``running(gang)``): their last pod ended, or their round ended unbound. A gang
+        bound in the last ``CLAIM_GRACE_SECONDS`` keeps them while the watch catches up with its
+        Bindings. True when some domain opened."""
+        opened = False
+        for gang in self.state.claimants():
+            rec = self._gangs.get(gang)
+            if rec is not None and (rec.phase in HOLDING or rec.bound_at is not None
+                                    and now - rec.bound_at < CLAIM_GRACE_SECONDS):
+                continue
+            if not running(gang):
+                opened |= self.state.unclaim(gang)
+        return opened
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
         """Forget gangs that hold nothing and have no pod left waiting (bounded memory)."""
