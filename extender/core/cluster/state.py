@@ -291,7 +291,11 @@ class ClusterState:
             paths |= old[1]
         self._claims[gang] = (key, frozenset(paths))
         self._held = None
-        return tuple(h.domain for h in dict.fromkeys(v for v in self._held_map().values() if v.gang == gang))
+        return self.claimed(gang)
+
+    def claimed(self, gang: str) -> tuple[Domain, ...]:
+        """The domains the gang holds exclusively, in tree order (none: it claims none)."""
+        return tuple(dict.fromkeys(h.domain for h in self._held_map().values() if h.gang == gang))
 
     def unclaim(self, gang: str) -> bool:
         """The gang's domains are open to every pod again; False when it claimed none."""

@@ -47,8 +47,8 @@ GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
 
 CLAIM_GRACE_SECONDS = 10.0
-"""An exclusive gang just bound keeps its domains this long though the watch shows none of its
-pods bound yet (``end_claims``)."""
+"""An exclusive gang just bound keeps its domains at most this long while the watch shows none
+of its pods running yet (``end_claims``)."""
 
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
@@ -155,6 +155,8 @@ class GangRecord:
     preferring_since: float | None = None
     """When it was first planned with a wait for its preferred level (``GangSpec.
     preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
+    ran: bool = False
+    """A pod of its last bound round was seen running (``end_claims``: the watch caught up)."""
     preferring_until: float | None = None
     """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
     preferred level's do not, and its wait runs until then. None: it does not wait by choice."""
@@ -435,8 +437,13 @@ class GangBook:
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
         rec.preferring_since = None
+        rec.ran = False
         rec.bound_at = now
         rec.reason = verdicts.gang_bound(rec.key, pods)
+        held = self.state.claimed(rec.key)
+        if held and rec.placement is not None:
+            gpus = sum(s.gpus for s in rec.placement.slots)
+            rec.reason += "; " + verdicts.holds_exclusively(self.state.topology, rec.key, held, gpus)
         if rec.phase == Phase.BINDING:
             self._remember(rec, now)
         self._step(rec, Event.BOUND)
@@ -525,16 +532,19 @@ class GangBook:
     def end_claims(self, now: float, running: Callable[[str], bool]) -> bool:
         """Give back the domains of exclusive gangs that hold no reservation and have no pod
         running (``running(gang)``): their last pod ended, or their round ended unbound. A gang
-        bound in the last ``CLAIM_GRACE_SECONDS`` keeps them while the watch catches up with its
-        Bindings. True when some domain opened."""
+        bound in the last ``CLAIM_GRACE_SECONDS`` and not yet seen running keeps them while the
+        watch catches up with its Bindings. True when some domain opened."""
         opened = False
         for gang in self.state.claimants():
             rec = self._gangs.get(gang)
-            if rec is not None and (rec.phase in HOLDING or rec.bound_at is not None
+            if running(gang):
+                if rec is not None:
+                    rec.ran = True
+                continue
+            if rec is not None and (rec.phase in HOLDING or not rec.ran and rec.bound_at is not None
                                     and now - rec.bound_at < CLAIM_GRACE_SECONDS):
                 continue
-            if not running(gang):
-                opened |= self.state.unclaim(gang)
+            opened |= self.state.unclaim(gang)
         return opened
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:

@@ -87,6 +87,8 @@ def test_the_claim_lasts_while_the_gang_runs_and_opens_once_its_last_pod_ends():
     state, book = cluster({"a1": 8, "b1": 8})
     assert planned(book, spec("x", 2)) == ["c1", "c2"]
     bind(state, book, "ml/x", 1001.0)
+    assert book.get("ml/x").reason == ("gang ml/x bound: 2 pods; it holds 1 nvlink domain exclusively (r2/n3: 2 nodes, "
+                                       "16 GPUs, 0 of them kept free of other pods) until its last pod ends")
     running = {"ml/x"}
     assert not book.end_claims(1001.0 + CLAIM_GRACE_SECONDS + 1, lambda g: g in running)
     # (a1 and b1 are full: kube-scheduler's own filters leave them out, railyard adds nothing there.)
@@ -127,3 +129,12 @@ def test_an_unknown_exclusive_level_is_the_gangs_reason():
     rec = book.get("ml/x")
     assert rec.phase == Phase.REJECTED
     assert rec.reason == "gang ml/x: exclusive topology level 'pod' is not a level of this cluster (levels: rack, nvl)"
+
+
+def test_just_bound_it_keeps_its_domains_until_the_watch_shows_a_pod_running_or_the_grace_passes():
+    state, book = cluster({})
+    planned(book, spec("x", 2))
+    bind(state, book, "ml/x", 1000.0)
+    assert not book.end_claims(1000.0 + CLAIM_GRACE_SECONDS - 1, lambda g: False)  # the watch lags
+    assert book.end_claims(1000.0 + CLAIM_GRACE_SECONDS, lambda g: False)
+    assert state.view().held == {}
