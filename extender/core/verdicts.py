@@ -172,10 +172,11 @@ def preferring(topo: Topology, narrow: NoPlacement, wider: Placement, left: floa
             f"{where_planned(topo, wider).removeprefix('planned ')}")
 
 
-def holds_exclusively(topo: Topology, gang: str, domains: tuple[Domain, ...], planned_gpus: int) -> str:
-    """An exclusive gang's claim, once planned."""
+def holds_exclusively(topo: Topology, domains: tuple[Domain, ...], p: Placement | None) -> str:
+    """An exclusive gang's claim on ``domains``, planned as ``p``."""
     nodes = sum(d.end - d.start for d in domains)
     gpus = sum(topo.nodes[i].gpus for d in domains for i in range(d.start, d.end))
+    planned_gpus = sum(s.gpus for s in p.slots) if p is not None else 0
     where = ", ".join(format_path(d.path) for d in domains[:8]) + (", ..." if len(domains) > 8 else "")
     word = topo.level_word(domains[0].level) if domains else "node"
     return (f"it holds {len(domains)} {word} domain{'s' if len(domains) != 1 else ''} exclusively ({where}: "

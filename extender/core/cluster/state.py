@@ -6,7 +6,7 @@ topology path starts a new ``Topology`` generation (built lazily, on the next re
 free[i]  = allocatable GPUs - GPU requests of pods on the node that are not Succeeded/Failed
            - GPUs reserved for planned gangs on the node
 taken[i] = the same for every other resource (cpu, memory, pods, ...), as a mapping
-held[i]  = the exclusive gang whose claimed domain holds the node (``claim``), only such nodes
+held[i]  = the exclusive gang whose claimed domain holds the node (``claims``), only such nodes
 
 Not thread-safe: the service serialises access.
 """
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Iterable, Mapping
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.claims import Claims, Hold
+from extender.core.cluster.topology import Topology
 
 CORDONED = "cordoned"
 NOT_READY = "not ready"
@@ -49,16 +50,6 @@ class Reservation:
     @property
     def gpus(self) -> int:
         return sum(s.gpus for s in self.slots)
-
-
-@dataclass(frozen=True)
-class Hold:
-    """A node inside a domain an exclusive gang claims (``railyard.io/exclusive-topology``):
-    no other gang and no lone pod is placed on it."""
-
-    gang: str
-    domain: Domain
-    """The claimed domain, at the gang's exclusive level."""
 
 
 @dataclass(frozen=True)
@@ -118,11 +109,8 @@ class ClusterState:
         self._by_free: dict[int, set[int]] = {}
         self._alloc_arr: list[Mapping[str, int]] = []
         self._taken_arr: list[Mapping[str, int]] = []
-        self._claims: dict[str, tuple[str, frozenset[tuple[str | None, ...]]]] = {}
-        """Exclusive gang -> (its level's key, the paths of the domains it claims): identities
-        that outlive a topology generation, so a node that joins a claimed domain is held too."""
-        self._held: tuple[Topology, dict[int, Hold]] | None = None
-        """``View.held`` for one topology generation and the claims as they are (None: stale)."""
+        self.claims = Claims()
+        """Domains exclusive gangs hold (``core.cluster.claims``)."""
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -277,52 +265,6 @@ class ClusterState:
         else:
             del self._reservations[gang]
 
-    # -- exclusive domains ----------------------------------------------------------------------
-
-    def claim(self, gang: str, level: int, nodes: Iterable[str], keep: bool = False) -> tuple[Domain, ...]:
-        """The domains at ``level`` that hold ``nodes`` become the gang's alone; with ``keep``,
-        beside those it claims already (a round beside its running members). The claimed domains."""
-        topo = self.topology
-        key = topo.level_key(level)
-        assert key is not None  # a level of the tree, never the whole cluster
-        paths = {topo.domain(level, topo.node_domain[level][topo.index[n]]).path for n in nodes if n in topo.index}
-        old = self._claims.get(gang)
-        if keep and old is not None and old[0] == key:
-            paths |= old[1]
-        self._claims[gang] = (key, frozenset(paths))
-        self._held = None
-        return self.claimed(gang)
-
-    def claimed(self, gang: str) -> tuple[Domain, ...]:
-        """The domains the gang holds exclusively, in tree order (none: it claims none)."""
-        return tuple(dict.fromkeys(h.domain for h in self._held_map().values() if h.gang == gang))
-
-    def unclaim(self, gang: str) -> bool:
-        """The gang's domains are open to every pod again; False when it claimed none."""
-        if self._claims.pop(gang, None) is None:
-            return False
-        self._held = None
-        return True
-
-    def claimants(self) -> list[str]:
-        return list(self._claims)
-
-    def _held_map(self) -> dict[int, Hold]:
-        topo = self.topology
-        if self._held is not None and self._held[0] is topo:
-            return self._held[1]
-        held: dict[int, Hold] = {}
-        for gang, (key, paths) in self._claims.items():
-            lvl = topo.level_index(key)
-            if lvl is None:
-                continue  # the level is gone (labels relabelled): nothing of it is held
-            for d in range(topo.domain_count(lvl)):
-                dom = topo.domain(lvl, d)
-                if dom.path in paths:
-                    held.update((i, Hold(gang, dom)) for i in range(dom.start, dom.end))
-        self._held = (topo, held)
-        return held
-
     # -- snapshot ---------------------------------------------------------------------------
 
     @property
@@ -336,7 +278,7 @@ class ClusterState:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
-                    self._blocked_set, self._reserved, self._reserved_rails, self._held_map())
+                    self._blocked_set, self._reserved, self._reserved_rails, self.claims.held(topo))
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)

@@ -5,8 +5,7 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            grew is unreserved
              unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
-                                           (or, within its wait for its preferred level, that
-                                           it waits: ``preferring_until``)
+                                           (or why it waits by choice: ``preferring_until``)
              preempts(rec, reason)         a preemptor's reservation says what it evicts
              steer(rec, member, names)     the member's one planned node, or the reason (a node
                                            kube-scheduler refused: unreserve, plan again without it;
@@ -30,11 +29,11 @@ writes a record (``tests/core/gangs/test_records.py``); the others read it.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs import starvation, warm
+from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
 from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
@@ -47,8 +46,7 @@ GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
 
 CLAIM_GRACE_SECONDS = 10.0
-"""An exclusive gang just bound keeps its domains at most this long while the watch shows none
-of its pods running yet (``end_claims``)."""
+"""A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
 
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
@@ -230,7 +228,10 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
-        aim, until = self._aim(rec, spec, homes, drain, now)
+        aim, until = spec, None
+        if patience.waits(spec, homes, drain is not None):
+            rec.preferring_since = now if rec.preferring_since is None else rec.preferring_since
+            aim, until = patience.aim(spec, rec.preferring_since, now)
         # A drained gang lands where it drained; else in the first of its homes that holds it;
         # a new instance of a workload back where its last one was bound, when it fits there.
         last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
@@ -242,9 +243,8 @@ class GangBook:
         rec.sized = spec.sized
         rec.preferring_until = None
         if isinstance(result, NoPlacement) and until is not None and not result.invalid:
-            # Waiting for the preferred level is waiting by choice only while a wider domain
-            # holds the gang (read-only: nothing is reserved); when none does it lacks room,
-            # and the starvation bound runs as for any gang (docs/slurm.md).
+            # Waiting by choice only while a wider domain holds it (a read-only plan); when none
+            # does it lacks room, and the starvation bound runs as for any gang (docs/slurm.md).
             wider = warm.inside(spec, view, refused, last) or plan_near(spec, view, refused, homes)
             if isinstance(wider, Placement):
                 rec.reason = verdicts.preferring(topo, result, wider, until - now, spec.preferred_wait_seconds,
@@ -279,8 +279,8 @@ class GangBook:
         rec.reason = verdicts.explain_placement(topo, result)
         if result.exclusive is not None:
             # A round beside running members (homes) keeps the domains they are in.
-            held = self.state.claim(rec.key, result.exclusive, [s.node for s in gpu_slots], keep=bool(homes))
-            rec.reason += "; " + verdicts.holds_exclusively(topo, rec.key, held, sum(s.gpus for s in gpu_slots))
+            held = self.state.claims.claim(topo, rec.key, result.exclusive, [s.node for s in gpu_slots], bool(homes))
+            rec.reason += "; " + verdicts.holds_exclusively(topo, held, result)
         if last is not None and last.start <= result.domain.start and result.domain.end <= last.end:
             rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, last)
         if spec.timeout_capped_from is not None:
@@ -290,19 +290,6 @@ class GangBook:
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
-
-    def _aim(self, rec: GangRecord, spec: GangSpec, homes: Sequence[Domain], drain: Reservation | None,
-             now: float) -> tuple[GangSpec, float | None]:
-        """The request to plan now, and until when the gang waits for its preferred level (None:
-        it does not): within its wait, its preferred level bounds it. The wait starts at its first
-        plan and spans rounds; a replacement round (``homes``, ``ranks``) and a drained gang do
-        not wait: they stay where their running members are, or where they drained."""
-        if not spec.preferred_wait_seconds or spec.preferred is None or homes or spec.ranks or drain is not None:
-            return spec, None
-        if rec.preferring_since is None:
-            rec.preferring_since = now
-        until = rec.preferring_since + spec.preferred_wait_seconds
-        return (replace(spec, required=spec.preferred), until) if now < until else (spec, None)
 
     def preempts(self, rec: GangRecord, reason: str) -> None:
         """A preemptor's new reservation: its reason says what it evicts, and where."""
@@ -436,14 +423,11 @@ class GangBook:
 
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
-        rec.preferring_since = None
-        rec.ran = False
+        rec.preferring_since, rec.ran = None, False
         rec.bound_at = now
         rec.reason = verdicts.gang_bound(rec.key, pods)
-        held = self.state.claimed(rec.key)
-        if held and rec.placement is not None:
-            gpus = sum(s.gpus for s in rec.placement.slots)
-            rec.reason += "; " + verdicts.holds_exclusively(self.state.topology, rec.key, held, gpus)
+        if held := self.state.claims.claimed(self.state.topology, rec.key):
+            rec.reason += "; " + verdicts.holds_exclusively(self.state.topology, held, rec.placement)
         if rec.phase == Phase.BINDING:
             self._remember(rec, now)
         self._step(rec, Event.BOUND)
@@ -535,7 +519,7 @@ class GangBook:
         bound in the last ``CLAIM_GRACE_SECONDS`` and not yet seen running keeps them while the
         watch catches up with its Bindings. True when some domain opened."""
         opened = False
-        for gang in self.state.claimants():
+        for gang in self.state.claims.gangs():
             rec = self._gangs.get(gang)
             if running(gang):
                 if rec is not None:
@@ -544,7 +528,7 @@ class GangBook:
             if rec is not None and (rec.phase in HOLDING or not rec.ran and rec.bound_at is not None
                                     and now - rec.bound_at < CLAIM_GRACE_SECONDS):
                 continue
-            opened |= self.state.unclaim(gang)
+            opened |= self.state.claims.unclaim(gang)
         return opened
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
