@@ -138,3 +138,11 @@ def test_just_bound_it_keeps_its_domains_until_the_watch_shows_a_pod_running_or_
     assert not book.end_claims(1000.0 + CLAIM_GRACE_SECONDS - 1, lambda g: False)  # the watch lags
     assert book.end_claims(1000.0 + CLAIM_GRACE_SECONDS, lambda g: False)
     assert state.view().held == {}
+
+
+def test_another_gangs_reason_counts_the_nodes_an_exclusive_gang_holds():
+    state, book = cluster({"a1": 8, "a2": 8, "b1": 8, "b2": 8})
+    assert planned(book, spec("x", 1, exclusive="rack")) in (["c1"], ["c2"])  # rack r2, all of it
+    assert planned(book, spec("z", 1, exclusive=None)) == []
+    assert book.get("ml/z").reason == ("gang ml/z needs 1 pod x 8 GPUs; the cluster fits 0 (2 nodes held exclusively "
+                                       "by other gangs, 8 GPUs reserved for other gangs, 32 GPUs in use)")
