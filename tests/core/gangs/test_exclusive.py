@@ -10,6 +10,9 @@ clean when none of its nodes has a GPU in use or reserved.
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from extender.core.gangs import gangspec
 from extender.core.gangs.book import CLAIM_GRACE_SECONDS, GangBook
 from extender.core.gangs.lifecycle import HOLDING, Phase
@@ -146,3 +149,17 @@ def test_another_gangs_reason_counts_the_nodes_an_exclusive_gang_holds():
     assert planned(book, spec("z", 1, exclusive=None)) == []
     assert book.get("ml/z").reason == ("gang ml/z needs 1 pod x 8 GPUs; the cluster fits 0 (2 nodes held exclusively "
                                        "by other gangs, 8 GPUs reserved for other gangs, 32 GPUs in use)")
+
+
+@given(used=st.dictionaries(st.sampled_from(sorted(NODES)), st.integers(1, 8), max_size=6),
+       x=st.integers(1, 3), y=st.integers(1, 4), y_exclusive=st.booleans())
+def test_no_other_pod_is_ever_planned_into_an_exclusive_gangs_domains(used, x, y, y_exclusive):
+    state, book = cluster(used)
+    mine = planned(book, spec("x", x))
+    domains = {DOMAIN[n] for n in mine}
+    # The model: an exclusive gang lands only in NVLink domains where nothing was in use.
+    assert not any(DOMAIN[n] in domains for n in used)
+    theirs = planned(book, spec("y", y, exclusive="nvlink" if y_exclusive else None))
+    assert not {DOMAIN[n] for n in theirs} & domains
+    verdict = filter_single(state.view(), 1, list(NODES))
+    assert {DOMAIN[n] for n in verdict.node_names}.isdisjoint(domains)
