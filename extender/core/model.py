@@ -214,9 +214,9 @@ LEAD_SIZE = "lead_size"
 """How many lead members (``PodFacts.lead``) the gang binds before the others can exist."""
 PREFERRED_WAIT = "preferred_wait"
 """Seconds the gang waits for its preferred level before it accepts a wider domain."""
-EXCLUSIVE = "exclusive"
+EXCLUSIVE_DOMAIN = "exclusive_domain"
 """The level at which every domain the gang uses is the gang's alone."""
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, PREFERRED_WAIT, EXCLUSIVE)
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, PREFERRED_WAIT, EXCLUSIVE_DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -444,9 +444,9 @@ class GangSpec:
     a wider one (``PREFERRED_WAIT``); 0: it accepts one at once."""
     preferred_wait_capped_from: float | None = None
     """The wait the gang asked for, when it was capped to ``preferred_wait_seconds``."""
-    exclusive: str | None = None
+    exclusive_domain: str | None = None
     """Level key or name: every domain of it that holds a member holds no other GPU pod, from
-    the gang's plan until its last pod ends (``EXCLUSIVE``); None: it shares domains."""
+    the gang's plan until its last pod ends (``EXCLUSIVE_DOMAIN``); None: it shares domains."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

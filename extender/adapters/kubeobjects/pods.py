@@ -21,7 +21,7 @@ from extender.adapters.kubeobjects.workloads import (
     workload_ref,
 )
 from extender.core.model import (
-    EXCLUSIVE,
+    EXCLUSIVE_DOMAIN,
     MIN_MEMBER,
     PREEMPT_LOWER,
     PREEMPT_NEVER,
@@ -71,7 +71,7 @@ DECLARING_ANNOTATIONS = (
     ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
     ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
     ("railyard.io/preferred-topology-wait-seconds", PREFERRED_WAIT, RAILYARD),
-    ("railyard.io/exclusive-topology", EXCLUSIVE, RAILYARD),
+    ("railyard.io/exclusive-topology", EXCLUSIVE_DOMAIN, RAILYARD),
     ("railyard.io/slice-size", SLICE_SIZE, RAILYARD),
     # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
     ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, OTHER),

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from extender.core.placement.address import whole_ranks
 from extender.core.model import (
-    EXCLUSIVE,
+    EXCLUSIVE_DOMAIN,
     LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
@@ -111,7 +111,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         size_from=size.source if size is not None else "",
         preferred_wait_seconds=wait,
         preferred_wait_capped_from=wait_capped_from,
-        exclusive=str(exclusive.value).strip() if (exclusive := chosen(EXCLUSIVE)) else None,
+        exclusive_domain=str(own.value).strip() if (own := chosen(EXCLUSIVE_DOMAIN)) else None,
     )
     spec = _sliced(spec, chosen(SLICE_SIZE), chosen(SLICE_LEVEL), problems)
     if running and min_member - len(members) > 0:

@@ -36,13 +36,13 @@ def resolve_levels(gang: GangSpec, topo: Topology, fabric: Fabric | None = None)
 
 def exclusive_level(gang: GangSpec, topo: Topology, fabric: Fabric | None = None) -> tuple[int | None, list[str]]:
     """(the level whose domains the gang keeps to itself, problems); None: it asks for none."""
-    if gang.exclusive is None:
+    if gang.exclusive_domain is None:
         return None, []
-    idx = topo.level_index(gang.exclusive, fabric)
+    idx = topo.level_index(gang.exclusive_domain, fabric)
     if idx is None or idx < 0:
         levels = [lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels]
         where = "this cluster" if fabric is None else f"pool {fabric.name}"
-        return None, [f"exclusive topology level {gang.exclusive!r} is not a level of {where} "
+        return None, [f"exclusive topology level {gang.exclusive_domain!r} is not a level of {where} "
                       f"(levels: {', '.join(levels) or 'none'})"]
     return idx, []
 

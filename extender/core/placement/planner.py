@@ -79,7 +79,7 @@ class Placement:
     slices: SliceRule | None = None
     """Each run of ``slices.size`` GPU slots (in order) lies inside one domain of ``slices.level``."""
     exclusive: int | None = None
-    """The level whose domains holding a slot are the gang's alone (``GangSpec.exclusive``)."""
+    """The level whose domains holding a slot are the gang's alone (``GangSpec.exclusive_domain``)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
 
 def _exclusive(gang: GangSpec, topo: Topology, fabric: Fabric | None, result: PlanResult) -> PlanResult:
     """The result with the level at which the gang keeps its domains to itself, if it asks."""
-    if gang.exclusive is None or isinstance(result, NoPlacement) and result.invalid:
+    if gang.exclusive_domain is None or isinstance(result, NoPlacement) and result.invalid:
         return result
     return replace(result, exclusive=exclusive_level(gang, topo, fabric)[0])
 
@@ -535,7 +535,7 @@ def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[in
     if best is None:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within, slices=rule)
     blockers = _blockers(view, classes, range(best.start, best.end), usable, limits, gang=gang.key,
-                         exclusive=gang.exclusive is not None)
+                         exclusive=gang.exclusive_domain is not None)
     return NoPlacement(gang.key, demand, bound, best, most[1], blockers, within=limits.within, slices=rule,
                        slices_fit=most[0])
 

@@ -17,7 +17,7 @@ from extender.core.gangs import gangspec
 from extender.core.gangs.book import CLAIM_GRACE_SECONDS, GangBook
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.lone import filter_single
-from extender.core.model import EXCLUSIVE, MIN_MEMBER, Declaration, GangRef, Level, NodeFacts, PodFacts, PodUsage
+from extender.core.model import EXCLUSIVE_DOMAIN, MIN_MEMBER, Declaration, GangRef, Level, NodeFacts, PodFacts, PodUsage
 from extender.core.cluster.state import ClusterState
 
 LEVELS = (Level("rack", "rack"), Level("nvl", "nvlink"))
@@ -37,7 +37,7 @@ def cluster(used: dict[str, int]) -> tuple[ClusterState, GangBook]:
 def spec(name: str, members: int, gpus: int = 8, exclusive: str | None = "nvlink"):
     decls = [Declaration(MIN_MEMBER, "railyard.io/min-member", str(members), 0)]
     if exclusive is not None:
-        decls.append(Declaration(EXCLUSIVE, "railyard.io/exclusive-topology", exclusive, 0))
+        decls.append(Declaration(EXCLUSIVE_DOMAIN, "railyard.io/exclusive-topology", exclusive, 0))
     pods = [PodFacts("ml", f"{name}-{i}", f"uid-{name}-{i}", GangRef(f"ml/{name}", True), gpus=gpus, rank=(i,),
                      declarations=tuple(decls)) for i in range(members)]
     return gangspec.build(f"ml/{name}", pods, None, 60.0)
