@@ -107,6 +107,10 @@ class GangSettings:
     the pods there finish: no other gang or GPU pod is placed on those GPUs meanwhile. It then
     waits at most this plus the longest remaining runtime on them. 0: never (first come, first
     placed)."""
+    max_preferred_wait_seconds: float = 300.0
+    """Longest a gang waits, holding nothing, for its preferred level before it accepts a wider
+    domain (``railyard.io/preferred-topology-wait-seconds``); a longer wait is capped to it (and
+    says so). 300 s is Slurm's ``max_switch_wait`` default."""
     binding_pause_seconds: float = 0.0
     """Fault injection for tests only: a pause between a gang's Bindings, which then go out one
     by one, so a test can kill the extender in the middle of a burst. Keep 0."""
@@ -224,6 +228,9 @@ class Settings:
             problems.append("gangs.starvation_seconds must not be negative (0 turns the starvation bound off)")
         if self.gangs.recovery_grace_seconds < 0 or self.gangs.binding_pause_seconds < 0:
             problems.append("gangs.recovery_grace_seconds and gangs.binding_pause_seconds must not be negative")
+        if not 0 < self.gangs.max_preferred_wait_seconds <= 86_400:
+            problems.append(f"gangs.max_preferred_wait_seconds must be more than 0 and at most 86400 "
+                            f"(a day), got {self.gangs.max_preferred_wait_seconds:g}")
         if self.gangs.settle_seconds < 0:
             problems.append("gangs.settle_seconds must be 0 or more")
         if self.gangs.bind_attempts < 1:

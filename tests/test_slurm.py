@@ -28,6 +28,7 @@ from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.adapters import slurm
 from extender.adapters.kubeobjects import notes
+from extender.core.gangs import gangspec
 from extender.core.model import Address, Place
 from extender.core.cluster.topology import Topology
 from tests.test_examples import job_pods
@@ -425,8 +426,10 @@ def test_railyard_topology_names_the_file_it_cannot_use(tmp_path):
 # -- the examples in docs/slurm.md -------------------------------------------------------------
 
 
-def plan(job: str, tmp_path: Path, running: list[dict] = ()) -> dict:
+def plan(job: str, tmp_path: Path, running: list[dict] = (), without: str = "") -> dict:
+    """``job``'s gang planned by ``railyard plan`` (``without``: that pod annotation removed)."""
     (doc,) = yaml.safe_load_all((EXAMPLES / job).read_text())
+    doc["spec"]["template"]["metadata"]["annotations"].pop(without, None)
     pending = tmp_path / "pending.json"
     pending.write_text(json.dumps({"kind": "List", "items": job_pods(doc)}))
     args = ["plan", "--nodes", str(EXAMPLES / "nodes.yaml"), "--gang", str(pending)]
@@ -458,6 +461,31 @@ def test_switches_is_a_preferred_leaf_that_falls_back_at_once(tmp_path):
     gang = plan("switches-job.yaml", tmp_path, running=[busy("gpu-01"), busy("gpu-09")])
     assert gang["feasible"] and gang["level"] == SPINE
     assert gang["reason"].endswith("; preferred level not available, placed wider")
+
+
+def test_switches_with_a_time_is_a_preferred_leaf_with_a_bounded_wait(tmp_path):
+    (doc,) = yaml.safe_load_all((EXAMPLES / "switches-wait-job.yaml").read_text())
+    pods = [ko.Translator("nvidia.com/gpu").pod(p) for p in job_pods(doc)]
+    spec = gangspec.build("ml/train-one-leaf-patient", pods, None, 60.0, max_preferred_wait=300.0)
+    assert (spec.preferred, spec.preferred_wait_seconds, spec.invalid) == ("leaf", 300.0, ())
+    # Where it goes once it no longer waits: as --switches=1@0 (the wait itself: tests/e2e/test_slurm_features.py).
+    assert plan("switches-wait-job.yaml", tmp_path)["domain"] == ["s1", "l1"]
+    gang = plan("switches-wait-job.yaml", tmp_path, running=[busy("gpu-01"), busy("gpu-09")])
+    assert gang["feasible"] and gang["level"] == SPINE
+
+
+def test_exclusive_topo_takes_an_nvlink_domain_no_other_pod_uses(tmp_path):
+    # gpu-01 busy: nvl1 (12 GPUs free) would be the best fit of a shared gang; the exclusive one
+    # takes a clean NVLink domain, nvl2 (its leaf has less free than l2's clean domains).
+    shared = plan("exclusive-job.yaml", tmp_path, running=[busy("gpu-01")], without="railyard.io/exclusive-topology")
+    assert shared["domain"] == ["s1", "l1", "nvl1"]
+    gang = plan("exclusive-job.yaml", tmp_path, running=[busy("gpu-01")])
+    assert gang["feasible"] and gang["level"] == NVL and gang["domain"] == ["s1", "l1", "nvl2"], gang
+    every = [busy(f"gpu-{i:02d}") for i in (1, 5, 9, 13)]  # one node busy in every NVLink domain
+    gang = plan("exclusive-job.yaml", tmp_path, running=every)
+    assert not gang["feasible"]
+    assert gang["reason"] == ("gang ml/bench-exclusive needs 2 pods x 4 GPUs, in nvlink domains no other pod uses; "
+                              "the cluster fits 0 (16 nodes in nvlink domains other pods use, 16 GPUs in use)")
 
 
 def test_segment_is_slices_of_the_block_level(tmp_path):

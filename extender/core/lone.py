@@ -5,8 +5,9 @@ Nothing is reserved, and no work is done per node name where railyard has nothin
 - filter: kube-scheduler sends only the nodes that passed its own filters (GPU fit, counting the
   pods it has assumed, which railyard's watch sees later), so railyard looks only at the nodes
   it knows more about: those holding GPUs reserved for gangs (fail when the pod's GPUs are not
-  free after the reservation) and those it sees cordoned or not ready. Every other name passes,
-  as does a node railyard has not cached yet.
+  free after the reservation), those an exclusive gang's claim holds (fail, naming the gang and
+  the domain: ``railyard.io/exclusive-topology``) and those it sees cordoned or not ready. Every
+  other name passes, as does a node railyard has not cached yet.
 - a pod with a value railyard could not read (its GPUs among them) passes no node: the reason
   on each, unresolvable.
 - prioritize: best fit, 0..10 in steps of the node's GPU count (fewer GPUs left free scores
@@ -45,6 +46,7 @@ def filter_single(view: View, gpus: int, names: Sequence[str]) -> FilterVerdict:
     topology, blocked, free, reserved = view.topology, view.blocked, view.free, view.reserved
     suspects = [topology.names[i] for i in view.blocked_nodes]
     suspects += view.reserved_nodes
+    suspects += [topology.names[i] for i in view.held]
     if not suspects:
         return FilterVerdict(tuple(names))
     index = topology.index
@@ -53,8 +55,10 @@ def filter_single(view: View, gpus: int, names: Sequence[str]) -> FilterVerdict:
         i = index.get(name)
         if i is None:
             continue
-        why = blocked[i]
-        if why is not None:
+        why, hold = blocked[i], view.held.get(i)
+        if hold is not None:
+            failed[name] = verdicts.held_node(topology, name, hold.gang, hold.domain)
+        elif why is not None:
             failed[name] = verdicts.node_blocked(why, gpus)
         elif free[i] < gpus:
             failed[name] = verdicts.too_few_gpus(free[i], reserved[i], gpus)

@@ -215,7 +215,12 @@ LEAD_SIZE = "lead_size"
 EXCLUSIVE = "exclusive"
 """Each part of the gang (``PodFacts.part``) inside a domain of its own: the value is
 ``(level key, GPU pods per part)``; no two parts share a domain of that level."""
-ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, EXCLUSIVE)
+PREFERRED_WAIT = "preferred_wait"
+"""Seconds the gang waits for its preferred level before it accepts a wider domain."""
+EXCLUSIVE_DOMAIN = "exclusive_domain"
+"""The level at which every domain the gang uses is the gang's alone."""
+ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, PREFERRED_WAIT, EXCLUSIVE,
+         EXCLUSIVE_DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -452,6 +457,14 @@ class GangSpec:
     (``core.placement.rails``), which the new members get where it is free on their nodes."""
     size_from: str = ""
     """Where the size was read (the chosen ``Declaration.source``); empty: the members seen."""
+    preferred_wait_seconds: float = 0.0
+    """How long the gang waits, holding nothing, for a domain of ``preferred`` before it accepts
+    a wider one (``PREFERRED_WAIT``); 0: it accepts one at once."""
+    preferred_wait_capped_from: float | None = None
+    """The wait the gang asked for, when it was capped to ``preferred_wait_seconds``."""
+    exclusive_domain: str | None = None
+    """Level key or name: every domain of it that holds a member holds no other GPU pod, from
+    the gang's plan until its last pod ends (``EXCLUSIVE_DOMAIN``); None: it shares domains."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

@@ -63,6 +63,8 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
                  f"where its running members are")
     elif np.bound_level >= 0:
         need += f"{', all' if np.slices else ''} within one {topo.level_key(np.bound_level)}"
+    if np.exclusive is not None:
+        need += f", in {topo.level_word(np.exclusive)} domains no other pod uses"
     if np.best is None:
         return f"{need}; the cluster has no nodes"
     b = np.blockers
@@ -73,6 +75,10 @@ def explain_no_placement(topo: Topology, np: NoPlacement) -> str:
         if count:
             why.append(f"{_nodes(count)} {what}")
     why += [f"{_nodes(n)} short of {resource}" for resource, n in b.short]
+    if b.held:
+        why.append(f"{_nodes(b.held)} held exclusively by other gangs")
+    if b.shared and np.exclusive is not None:
+        why.append(f"{_nodes(b.shared)} in {topo.level_word(np.exclusive)} domains other pods use")
     if b.reserved_gpus:
         why.append(f"{b.reserved_gpus} GPUs reserved for other gangs")
     if b.used_gpus:
@@ -155,6 +161,34 @@ def settling(gang: str, members: int, quiet: float, interval: float) -> str:
     return (f"gang {gang} declares no size: {members} member{'s' if members != 1 else ''} seen, the newest "
             f"{quiet:.1f}s ago; it is planned once no new member appears for {interval:g}s "
             f"(declare the size to skip the wait: railyard.io/min-member or its PodGroup's)")
+
+
+def preferring(topo: Topology, narrow: NoPlacement, wider: Placement, left: float, wait: float,
+               asked: float | None) -> str:
+    """A gang waits for its preferred level (``narrow``: why none holds it now) though it fits
+    wider now (``wider``)."""
+    capped = f", capped from {asked:g}s by gangs.max_preferred_wait_seconds" if asked is not None else ""
+    return (f"{explain_no_placement(topo, narrow)}; it waits {max(left, 0.0):.0f}s more (of {wait:g}s{capped}) "
+            f"for one, holding nothing, then takes a wider domain: it fits now "
+            f"{where_planned(topo, wider).removeprefix('planned ')}")
+
+
+def holds_exclusively(topo: Topology, domains: tuple[Domain, ...], p: Placement | None) -> str:
+    """An exclusive gang's claim on ``domains``, planned as ``p``."""
+    nodes = sum(d.end - d.start for d in domains)
+    gpus = sum(topo.nodes[i].gpus for d in domains for i in range(d.start, d.end))
+    planned_gpus = sum(s.gpus for s in p.slots) if p is not None else 0
+    where = ", ".join(format_path(d.path) for d in domains[:8]) + (", ..." if len(domains) > 8 else "")
+    word = topo.level_word(domains[0].level) if domains else "node"
+    return (f"it holds {len(domains)} {word} domain{'s' if len(domains) != 1 else ''} exclusively ({where}: "
+            f"{_nodes(nodes)}, {gpus} GPUs, {gpus - planned_gpus} of them kept free of other pods) until its last "
+            f"pod ends")
+
+
+def held_node(topo: Topology, node: str, gang: str, domain: Domain) -> str:
+    """A lone pod's reason on a node of a domain an exclusive gang holds."""
+    return (f"node {node} is in {topo.level_word(domain.level)} {format_path(domain.path)}, held exclusively by "
+            f"gang {gang} (railyard.io/exclusive-topology) until its last pod ends")
 
 
 def gang_grew(gang: str, member: str) -> str:

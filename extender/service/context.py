@@ -69,7 +69,8 @@ class Context:
     def tick(self) -> float:
         """Now, with time applied (under the lock): expired deadlines end their rounds; pods
         only filter has seen, past their time or the bounds, are forgotten as if deleted;
-        forgotten gangs are collected."""
+        exclusive gangs that hold and run nothing give their domains back; forgotten gangs are
+        collected."""
         now = self.clock()
         changed = self.book.expire(now)
         pods = self.pods
@@ -84,6 +85,7 @@ class Context:
                     self.state.drop_slot(pod.key)  # still held if that gang is not planned
             if forgotten:
                 self.ports.observer.pods_forgotten(len(forgotten))
+        changed |= self.book.end_claims(now, lambda gang: bool(pods.bound_pods(gang)))
         if changed:
             self.changed()
         self.book.collect(now, pods.has_pending)
@@ -99,7 +101,8 @@ class Context:
         running = self.pods.bound_pods(rec.key) + self.pods.done_pods(rec.key)
         gangs = self.settings.gangs
         spec = gangspec.build(rec.key, members, gangspec.group_of(self.groups, pod), gangs.default_timeout_seconds,
-                              running=running, max_timeout=gangs.max_timeout_seconds)
+                              running=running, max_timeout=gangs.max_timeout_seconds,
+                              max_preferred_wait=gangs.max_preferred_wait_seconds)
         return spec, members, running
 
     def unsettled(self, spec: GangSpec, now: float) -> str | None:

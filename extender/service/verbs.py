@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from extender.core.errors import NotReady, Settling
+from extender.core.errors import NotReady, Preferring, Settling
 from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.lone import best_fit_scores, filter_single, filter_unreadable, planned_scores, vet_victims
@@ -91,6 +91,10 @@ class Verbs:
         homes = home_domains(topo, spec, home_nodes(spec, [(p.key, p.node) for p in running]))
         ctx.book.reserve(rec, spec, now, refused, homes)
         ctx.ports.observer.plan_seconds(time.perf_counter() - started)
+        if rec.preferring_until is not None:
+            if not ctx.pods.unshown_pod(pod.key):
+                ctx.ports.events.event(pod, "GangPreferring", rec.reason, "Normal")
+            raise Preferring(rec.reason)
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
         ctx = self.ctx

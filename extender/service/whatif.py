@@ -136,7 +136,7 @@ def plan_gangs(ctx: Context, pods: Sequence[PodFacts]) -> list[GangAnswer]:
     gangs = ctx.settings.gangs
     for key, members in by_gang(pods).items():
         spec = gangspec.build(key, members, gangspec.group_of(ctx.groups, members[0]), gangs.default_timeout_seconds,
-                              max_timeout=gangs.max_timeout_seconds)
+                              max_timeout=gangs.max_timeout_seconds, max_preferred_wait=gangs.max_preferred_wait_seconds)
         with own_reservation_returned(ctx.state, key):
             answers.append(answer(ctx.state, plan(spec, ctx.state.view()), {p.key for p in members}))
     return answers
@@ -212,7 +212,7 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
         return out
     gangs = ctx.settings.gangs
     spec = gangspec.build(gang, members, gangspec.group_of(ctx.groups, pod), gangs.default_timeout_seconds,
-                          max_timeout=gangs.max_timeout_seconds)
+                          max_timeout=gangs.max_timeout_seconds, max_preferred_wait=gangs.max_preferred_wait_seconds)
     if rec is not None and rec.phase == Phase.PENDING:
         # A gang that waits to settle: say so with the numbers of now, not of its last filter.
         waiting = ctx.unsettled(spec, now)

@@ -9,6 +9,8 @@ disagree at the winning precedence are a problem of the gang (``core.gangs.gangs
 
   0 RAILYARD  pod annotations railyard.io/min-member, railyard.io/timeout-seconds,
               railyard.io/required-topology, railyard.io/preferred-topology,
+              railyard.io/preferred-topology-wait-seconds (no group object declares a wait),
+              railyard.io/exclusive-topology,
               railyard.io/slice-size, railyard.io/slice-required-topology
   1 GROUP     the group object the pod's convention names:
       scheduler-plugins  scheduling.x-k8s.io/v1alpha1 PodGroup: spec.minMember (size),

@@ -22,10 +22,12 @@ from extender.adapters.kubeobjects.workloads import (
     workload_ref,
 )
 from extender.core.model import (
+    EXCLUSIVE_DOMAIN,
     MIN_MEMBER,
     PREEMPT_LOWER,
     PREEMPT_NEVER,
     PREFERRED,
+    PREFERRED_WAIT,
     REQUIRED,
     SLICE_LEVEL,
     SLICE_SIZE,
@@ -69,6 +71,8 @@ DECLARING_ANNOTATIONS = (
     ("kueue.x-k8s.io/podset-required-topology", REQUIRED, OTHER),
     ("railyard.io/preferred-topology", PREFERRED, RAILYARD),
     ("kueue.x-k8s.io/podset-preferred-topology", PREFERRED, OTHER),
+    ("railyard.io/preferred-topology-wait-seconds", PREFERRED_WAIT, RAILYARD),
+    ("railyard.io/exclusive-topology", EXCLUSIVE_DOMAIN, RAILYARD),
     ("railyard.io/slice-size", SLICE_SIZE, RAILYARD),
     # Kueue's PodSet slice annotations (apis/kueue/v1beta2/topology_types.go, v0.17.0).
     ("kueue.x-k8s.io/podset-slice-size", SLICE_SIZE, OTHER),

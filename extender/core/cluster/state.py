@@ -6,6 +6,7 @@ topology path starts a new ``Topology`` generation (built lazily, on the next re
 free[i]  = allocatable GPUs - GPU requests of pods on the node that are not Succeeded/Failed
            - GPUs reserved for planned gangs on the node
 taken[i] = the same for every other resource (cpu, memory, pods, ...), as a mapping
+held[i]  = the exclusive gang whose claimed domain holds the node (``claims``), only such nodes
 
 Not thread-safe: the service serialises access.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Iterable, Mapping
 
 from extender.core.model import Level, NodeFacts, PodUsage, Resources, Taint
+from extender.core.cluster.claims import Claims, Hold
 from extender.core.cluster.topology import Topology
 
 CORDONED = "cordoned"
@@ -83,6 +85,8 @@ class View:
     """GPUs reserved for gangs, per node name, only nodes with a reservation."""
     reserved_rails: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Per node name, devices reserved per rail (slots that name rails), only such nodes."""
+    held: Mapping[int, Hold] = field(default_factory=dict)
+    """Per node index, the exclusive gang's claim that holds it, only such nodes."""
 
 
 class ClusterState:
@@ -108,6 +112,8 @@ class ClusterState:
         self._by_free: dict[int, set[int]] = {}
         self._alloc_arr: list[Mapping[str, int]] = []
         self._taken_arr: list[Mapping[str, int]] = []
+        self.claims = Claims()
+        """Domains exclusive gangs hold (``core.cluster.claims``)."""
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -275,7 +281,7 @@ class ClusterState:
         topo = self.topology
         return View(topo, self._free, self._blocked, self._taints, self._reserved_arr, self._by_free,
                     self._alloc_arr, self._taken_arr, self._labels_generation, self._masks,
-                    self._blocked_set, self._reserved, self._reserved_rails)
+                    self._blocked_set, self._reserved, self._reserved_rails, self.claims.held(topo))
 
     def free(self, node: str) -> int:
         n = self._nodes.get(node)

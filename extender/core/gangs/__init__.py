@@ -5,6 +5,7 @@
     settle.py       gangs of undeclared size: planned once they stop growing.
     starvation.py   the starvation bound: a gang that lacked room too long drains a domain.
     warm.py         warm restarts: the domain each workload's gang was last bound in.
+    patience.py     a preferred level with a bounded wait: what to plan while it runs.
     book.py         the gang book: reserve / unreserve / permit -> Allow | Wait | Reject,
                     Bindings done or compensated, leads first, expiry; the only writer of a
                     gang's record.

@@ -5,6 +5,7 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            grew is unreserved
              unsettled(rec, reason)        an unsized gang still grows: it waits, holding nothing
              reserve(rec, spec, now)       plan the whole gang; reserve its slots, or keep why not
+                                           (or why it waits by choice: ``preferring_until``)
              preempts(rec, reason)         a preemptor's reservation says what it evicts
              steer(rec, member, names)     the member's one planned node, or the reason (a node
                                            kube-scheduler refused: unreserve, plan again without it;
@@ -15,7 +16,9 @@ words (coscheduling's Permit: Allow, Wait, Reject), as pure bookkeeping over Clu
                                            else the members to evict
              later_bound(...)              a started gang's later member: bound, or its error alone
              compensated(...)              the evictions are done: the gang starts again whole
-    events   member_deleted, node_deleted, node_changed, expire(now), collect(now)
+    events   member_deleted, node_deleted, node_changed, expire(now), collect(now),
+             end_claims(now, running)      an exclusive gang's domains open once it holds
+                                           nothing and runs nothing
     notices  what the gangs' pods should be told (Events), taken by the service
 
 Time is an argument; nothing here waits, locks or does I/O. The service holds one lock around
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
-from extender.core.gangs import starvation, warm
+from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
 from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
@@ -41,6 +44,9 @@ from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
+
+CLAIM_GRACE_SECONDS = 10.0
+"""A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
 
 BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
 
@@ -144,6 +150,14 @@ class GangRecord:
     closest: Domain | None = None
     """While it has no placement: the domain of its bound level that held most of it (the
     reason's "best ... fits"); None once planned."""
+    preferring_since: float | None = None
+    """When it was first planned with a wait for its preferred level (``GangSpec.
+    preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
+    ran: bool = False
+    """A pod of its last bound round was seen running (``end_claims``: the watch caught up)."""
+    preferring_until: float | None = None
+    """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
+    preferred level's do not, and its wait runs until then. None: it does not wait by choice."""
 
 
 class GangBook:
@@ -214,15 +228,32 @@ class GangBook:
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         view = view or self.state.view()
         refused = {*refused, *rec.refused}
+        aim, until = spec, None
+        if patience.waits(spec, homes, drain is not None):
+            rec.preferring_since = now if rec.preferring_since is None else rec.preferring_since
+            aim, until = patience.aim(spec, rec.preferring_since, now)
         # A drained gang lands where it drained; else in the first of its homes that holds it;
         # a new instance of a workload back where its last one was bound, when it fits there.
         last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
-        result = starvation.inside(spec, view, drain, refused) or warm.inside(spec, view, refused, last) \
-            or plan_near(spec, view, refused, homes)
+        result = starvation.inside(spec, view, drain, refused) or warm.inside(aim, view, refused, last) \
+            or plan_near(aim, view, refused, homes)
         topo = self.state.topology
         rec.waiting.clear()
         rec.results.clear()
         rec.sized = spec.sized
+        rec.preferring_until = None
+        if isinstance(result, NoPlacement) and until is not None and not result.invalid:
+            # Waiting by choice only while a wider domain holds it (a read-only plan); when none
+            # does it lacks room, and the starvation bound runs as for any gang (docs/slurm.md).
+            wider = warm.inside(spec, view, refused, last) or plan_near(spec, view, refused, homes)
+            if isinstance(wider, Placement):
+                rec.reason = verdicts.preferring(topo, result, wider, until - now, spec.preferred_wait_seconds,
+                                                 spec.preferred_wait_capped_from)
+                rec.placement, rec.closest, rec.unplaced_since = None, result.best, None
+                rec.preferring_until = until
+                self._step(rec, Event.PREFERRING)
+                return
+            result = wider
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
             rec.placement, rec.closest = None, result.best
@@ -246,6 +277,10 @@ class GangBook:
         rec.lead_size = spec.lead_size
         rec.leads = {m.key for m in spec.members if m.lead and m.gpus > 0}
         rec.reason = verdicts.explain_placement(topo, result)
+        if result.exclusive is not None:
+            # A round beside running members (homes) keeps the domains they are in.
+            held = self.state.claims.claim(topo, rec.key, result.exclusive, [s.node for s in gpu_slots], bool(homes))
+            rec.reason += "; " + verdicts.holds_exclusively(topo, held, result)
         if last is not None and last.start <= result.domain.start and result.domain.end <= last.end:
             rec.reason += "; " + verdicts.warm_restart(topo, spec.lineage or spec.key, last)
         if spec.timeout_capped_from is not None:
@@ -388,8 +423,11 @@ class GangBook:
 
     def _bound(self, rec: GangRecord, now: float, pods: int) -> None:
         rec.refused.clear()
+        rec.preferring_since, rec.ran = None, False
         rec.bound_at = now
         rec.reason = verdicts.gang_bound(rec.key, pods)
+        if held := self.state.claims.claimed(self.state.topology, rec.key):
+            rec.reason += "; " + verdicts.holds_exclusively(self.state.topology, held, rec.placement)
         if rec.phase == Phase.BINDING:
             self._remember(rec, now)
         self._step(rec, Event.BOUND)
@@ -474,6 +512,24 @@ class GangBook:
             self.observer.gang_finished("timed_out")
             changed = True
         return changed
+
+    def end_claims(self, now: float, running: Callable[[str], bool]) -> bool:
+        """Give back the domains of exclusive gangs that hold no reservation and have no pod
+        running (``running(gang)``): their last pod ended, or their round ended unbound. A gang
+        bound in the last ``CLAIM_GRACE_SECONDS`` and not yet seen running keeps them while the
+        watch catches up with its Bindings. True when some domain opened."""
+        opened = False
+        for gang in self.state.claims.gangs():
+            rec = self._gangs.get(gang)
+            if running(gang):
+                if rec is not None:
+                    rec.ran = True
+                continue
+            if rec is not None and (rec.phase in HOLDING or not rec.ran and rec.bound_at is not None
+                                    and now - rec.bound_at < CLAIM_GRACE_SECONDS):
+                continue
+            opened |= self.state.claims.unclaim(gang)
+        return opened
 
     def collect(self, now: float, has_pending: Callable[[str], bool]) -> None:
         """Forget gangs that hold nothing and have no pod left waiting (bounded memory)."""

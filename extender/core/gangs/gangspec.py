@@ -1,7 +1,7 @@
 """A gang's request, built from what its members and its group declare.
 
-Each role (size, timeout, required and preferred level, slice size and level, leads, exclusive
-parts) takes the declaration with the lowest
+Each role (size, timeout, required and preferred level and the wait for it, slice size and
+level, leads, exclusive parts, exclusive domains) takes the declaration with the lowest
 precedence found among the members and the group; members that declare different values at
 that precedence are a problem of the gang. Values are bounded before anything is sized by
 them: a pod's creator is not trusted.
@@ -16,9 +16,11 @@ from extender.core.placement import rails
 from extender.core.placement.address import whole_ranks
 from extender.core.model import (
     EXCLUSIVE,
+    EXCLUSIVE_DOMAIN,
     LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
+    PREFERRED_WAIT,
     REQUIRED,
     SLICE_LEVEL,
     SLICE_SIZE,
@@ -42,14 +44,15 @@ def group_of(groups: Mapping[tuple[str, str], GroupFacts], pod: PodFacts) -> Gro
 
 
 def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_timeout: float,
-          running: Sequence[PodFacts] = (), max_timeout: float = 0.0) -> GangSpec:
+          running: Sequence[PodFacts] = (), max_timeout: float = 0.0, max_preferred_wait: float = 0.0) -> GangSpec:
     """The gang ``key`` of ``pods`` (in order of first appearance) and its group, if any.
 
     ``running``: members of the gang already bound and running (or done); they count toward
     min-member, so replacements for a running gang's lost members are planned as a round of
     their own, each with its rank in the whole gang (``address.whole_ranks``).
     ``max_timeout``: a longer timeout is capped to it (kube-scheduler would cut the held bind
-    calls first); 0: no cap.
+    calls first); 0: no cap. ``max_preferred_wait``: a longer wait for the preferred level is
+    capped to it (``gangs.max_preferred_wait_seconds``); 0: no cap.
     """
     problems: list[str] = list(group.problems if group else ())
     decls = [d for p in pods for d in p.declarations] + list(group.declarations if group else ())
@@ -82,6 +85,14 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
     if max_timeout and timeout > max_timeout:
         capped_from, timeout = timeout, max_timeout
     required, preferred = chosen(REQUIRED), chosen(PREFERRED)
+    wait, wait_capped_from = 0.0, None
+    found = chosen(PREFERRED_WAIT)
+    if found is not None:
+        if preferred is None:
+            problems.append(f"{found.source} is set without a preferred topology level: it is the wait for one")
+        wait = float(positive_int(found.value, found.source, MAX_TIMEOUT_SECONDS, problems, default=0))
+        if max_preferred_wait and wait > max_preferred_wait:
+            wait_capped_from, wait = wait, max_preferred_wait
     leads = chosen(LEAD_SIZE)
     lead_size = positive_int(leads.value, leads.source, min_member, problems, default=0) if leads else 0
     if len(members) > min_member:
@@ -100,6 +111,9 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         lineage=pods[0].gang.lineage if pods else "",
         lead_size=lead_size,
         size_from=size.source if size is not None else "",
+        preferred_wait_seconds=wait,
+        preferred_wait_capped_from=wait_capped_from,
+        exclusive_domain=str(own.value).strip() if (own := chosen(EXCLUSIVE_DOMAIN)) else None,
     )
     exclusive = chosen(EXCLUSIVE)
     if exclusive is not None:

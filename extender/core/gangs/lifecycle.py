@@ -20,6 +20,7 @@ pending   --planned-->        planned       slots reserved for every member
 pending   --unplaceable-->    pending       no domain holds the gang; it holds nothing
 pending   --invalid-->        rejected      the request cannot be planned (reason kept)
 pending   --unsettled-->      pending       its size is declared nowhere and it still grows
+pending   --preferring-->     pending       a wider domain holds it, but it waits for its preferred level
 pending   --member_lost-->    pending
 pending   --node_lost-->      pending
 rejected  --retry-->          pending       the scheduler tries a member again
@@ -81,6 +82,7 @@ class Event(str, Enum):
     UNPLACEABLE = "unplaceable"
     INVALID = "invalid"
     UNSETTLED = "unsettled"
+    PREFERRING = "preferring"
     MEMBER_WAITING = "member_waiting"
     ALLOWED = "allowed"
     BOUND = "bound"

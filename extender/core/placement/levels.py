@@ -34,6 +34,19 @@ def resolve_levels(gang: GangSpec, topo: Topology, fabric: Fabric | None = None)
     return bound, preferred, problems
 
 
+def exclusive_level(gang: GangSpec, topo: Topology, fabric: Fabric | None = None) -> tuple[int | None, list[str]]:
+    """(the level whose domains the gang keeps to itself, problems); None: it asks for none."""
+    if gang.exclusive_domain is None:
+        return None, []
+    idx = topo.level_index(gang.exclusive_domain, fabric)
+    if idx is None or idx < 0:
+        levels = [lvl.key for i, lvl in enumerate(topo.levels) if fabric is None or i in fabric.levels]
+        where = "this cluster" if fabric is None else f"pool {fabric.name}"
+        return None, [f"exclusive topology level {gang.exclusive_domain!r} is not a level of {where} "
+                      f"(levels: {', '.join(levels) or 'none'})"]
+    return idx, []
+
+
 def landing_levels(topo: Topology, bound: int, fabric: Fabric | None) -> list[int]:
     """The levels a gang may land at, narrowest first: from the host level out to ``bound``; in
     a fabric, its own levels and the fabric itself, never a step through another pool's."""

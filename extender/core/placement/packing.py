@@ -68,6 +68,22 @@ def usable_nodes(view: View, refused: Collection[str], within: Domain | None) ->
     return usable
 
 
+def kept_out(view: View, gang: str, usable: Sequence[bool], exclusive: int | None) -> list[bool]:
+    """``usable`` without the nodes another gang's exclusive claim holds (``View.held``); for a
+    gang exclusive at level ``exclusive``, also without every domain there that another pod
+    uses (GPUs in use or reserved, its own claim's excepted) or another gang holds."""
+    held = view.held
+    out = [u and (i not in held or held[i].gang == gang) for i, u in enumerate(usable)] if held else list(usable)
+    if exclusive is None:
+        return out
+    topo, free = view.topology, view.free
+    for a, b in zip(topo.start[exclusive], topo.end[exclusive]):
+        if any((h := held.get(i)) is not None and h.gang != gang
+               or h is None and free[i] < topo.nodes[i].gpus for i in range(a, b)):
+            out[a:b] = [False] * (b - a)
+    return out
+
+
 def fill_caps(view: View, c: PodClass, usable: Sequence[bool]) -> None:
     """Fill c.may (labels, taints, usable, one pod's other resources) and c.cap per node."""
     mask = label_mask(view, c.eligibility)

@@ -57,10 +57,11 @@ from extender.core.placement.packing import (
     ffd,
     fill_caps,
     fits,
+    kept_out,
     rank_order,
     usable_nodes,
 )
-from extender.core.placement.levels import landing_levels, resolve_levels
+from extender.core.placement.levels import exclusive_level, landing_levels, resolve_levels
 from extender.core.placement.slices import SliceRule, cut, pack, resolve, runs, whole_slices
 from extender.core.cluster.state import CORDONED, NOT_READY, Slot, View
 from extender.core.cluster.topology import Domain, Fabric, Topology
@@ -79,6 +80,8 @@ class Placement:
     """A replacement round: the domain of the gang's running members it was kept in."""
     slices: SliceRule | None = None
     """Each run of ``slices.size`` GPU slots (in order) lies inside one domain of ``slices.level``."""
+    exclusive: int | None = None
+    """The level whose domains holding a slot are the gang's alone (``GangSpec.exclusive_domain``)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ class Blockers:
     """(resource, nodes) with GPUs for a pod but too little of that resource."""
     reserved_gpus: int = 0
     used_gpus: int = 0
+    held: int = 0
+    """Nodes in domains another gang holds exclusively."""
+    shared: int = 0
+    """An exclusive gang's: nodes in domains of its exclusive level that another pod uses."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,8 @@ class NoPlacement:
     slices: SliceRule | None = None
     slices_fit: int = 0
     """How many whole slices the best domain could hold."""
+    exclusive: int | None = None
+    """``Placement.exclusive``: the level at which the gang asked for domains of its own."""
 
 
 PlanResult = Placement | NoPlacement
@@ -136,28 +145,36 @@ def plan(gang: GangSpec, view: View, limits: Constraints = Constraints()) -> Pla
     its own tree (levels resolved by name there); the best of them wins (``_best_of``)."""
     topo = view.topology
     if not topo.fabrics:
-        return _plan(gang, view, limits, None)
+        return _exclusive(gang, topo, None, _plan(gang, view, limits, None))
     w = limits.within
     return _best_of(view, gang, [
-        (f, _plan(gang, view, limits, f)) for f in topo.fabrics
+        (f, _exclusive(gang, topo, f, _plan(gang, view, limits, f))) for f in topo.fabrics
         if w is None or w.level < 0 or f.start <= w.start < f.end])
+
+
+def _exclusive(gang: GangSpec, topo: Topology, fabric: Fabric | None, result: PlanResult) -> PlanResult:
+    """The result with the level at which the gang keeps its domains to itself, if it asks."""
+    if gang.exclusive_domain is None or isinstance(result, NoPlacement) and result.invalid:
+        return result
+    return replace(result, exclusive=exclusive_level(gang, topo, fabric)[0])
 
 
 def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None) -> PlanResult:
     topo = view.topology
     bound, preferred, problems = resolve_levels(gang, topo, fabric)
     rule, slice_problems = resolve(gang, topo, bound, preferred, fabric) if not problems else (None, [])
-    problems = [*gang.invalid, *problems, *slice_problems]
+    exclusive, exclusive_problems = exclusive_level(gang, topo, fabric)
+    problems = [*gang.invalid, *problems, *slice_problems, *exclusive_problems]
     demand = gang.demand()
     if problems:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), tuple(problems))
     classes = classes_of(gang)
     if (fabric is None and len(classes) == 1 and classes[0].count == 1 and len(gang.members) <= 1
-            and bound <= topo.depth and not gang.rail_set):
+            and bound <= topo.depth and not gang.rail_set and not view.held and exclusive is None):
         node = _best_fit_node(view, classes[0], limits)
         if node is not None:
             return _home(_assign(gang, view, [{node: {0: 1}}], classes, preferred, (), rule), limits)
-    usable = usable_nodes(view, limits.refused, limits.within)
+    usable = kept_out(view, gang.key, usable_nodes(view, limits.refused, limits.within), exclusive)
     if fabric is not None:
         usable = [u and fabric.start <= i < fabric.end for i, u in enumerate(usable)]
     if not classes:
@@ -502,7 +519,7 @@ def _no_launcher_node(gang: GangSpec, view: View, m: Member, usable: Sequence[bo
     if not view.free:
         return NoPlacement(gang.key, gang.demand(), -1, None, 0, Blockers())
     c = PodClass(0, m.eligibility, 1)
-    blockers = _blockers(view, [c], range(len(view.free)), usable, Constraints(), gpu_check=False)
+    blockers = _blockers(view, [c], range(len(view.free)), usable, Constraints(), gpu_check=False, gang=gang.key)
     return NoPlacement(gang.key, gang.demand(), -1, view.topology.domain(-1, 0), 0, blockers)
 
 
@@ -526,20 +543,23 @@ def _no_placement(gang: GangSpec, view: View, avail: list[int], demand: tuple[in
             best, most = dom, n
     if best is None:
         return NoPlacement(gang.key, demand, bound, None, 0, Blockers(), within=limits.within, slices=rule)
-    blockers = _blockers(view, classes, range(best.start, best.end), usable, limits)
+    blockers = _blockers(view, classes, range(best.start, best.end), usable, limits, gang=gang.key,
+                         exclusive=gang.exclusive_domain is not None)
     return NoPlacement(gang.key, demand, bound, best, most[1], blockers, within=limits.within, slices=rule,
                        slices_fit=most[0])
 
 
 def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence[bool], limits: Constraints,
-              gpu_check: bool = True) -> Blockers:
-    """Why the nodes of ``span`` do not hold more of the gang, each node counted once."""
+              gpu_check: bool = True, gang: str = "", exclusive: bool = False) -> Blockers:
+    """Why the nodes of ``span`` do not hold more of ``gang``, each node counted once
+    (``exclusive``: the gang keeps domains to itself, ``kept_out``)."""
     topo = view.topology
     c = classes[0]
     mask = label_mask(view, c.eligibility)
     bare = label_mask(view, c.eligibility, taints=False)
     refused = set(limits.refused)
-    counts = {"cordoned": 0, "not_ready": 0, "tainted": 0, "unmatched": 0, "refused": 0, "outside": 0}
+    counts = {"cordoned": 0, "not_ready": 0, "tainted": 0, "unmatched": 0, "refused": 0, "outside": 0,
+              "held": 0, "shared": 0}
     short: dict[str, int] = {}
     w = limits.within
     for i in span:
@@ -551,10 +571,14 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
             counts["outside"] += 1
         elif topo.names[i] in refused:
             counts["refused"] += 1
+        elif (h := view.held.get(i)) is not None and h.gang != gang:
+            counts["held"] += 1
         elif not bare[i]:
             counts["unmatched"] += 1
         elif not mask[i]:
             counts["tainted"] += 1
+        elif exclusive and not usable[i]:
+            counts["shared"] += 1  # kept_out: a domain of its exclusive level that another pod uses
         elif not gpu_check or view.free[i] >= c.gpus:
             lacking = short_of(c.eligibility.requests, view.allocatable[i], view.taken[i])
             if lacking is not None:

@@ -14,7 +14,7 @@ from extender import topotext
 from extender.adapters import kubeobjects as ko
 from extender.adapters.kubeobjects.groups import KAI, KUBERNETES, SCHEDULER_PLUGINS, VOLCANO
 from extender.core.gangs import gangspec
-from extender.core.model import MIN_MEMBER, PREFERRED, REQUIRED
+from extender.core.model import EXCLUSIVE_DOMAIN, MIN_MEMBER, PREFERRED, PREFERRED_WAIT, REQUIRED
 from extender.settings import DEFAULT_GPU_RESOURCE
 from extender.service.whatif import WhatIf
 from tests.topologies import TRANSLATE, TWO_RACKS, cluster, pod
@@ -310,6 +310,22 @@ def test_railyard_annotations_beat_the_group_which_beats_kueue_annotations():
         p["metadata"]["annotations"].update({"railyard.io/min-member": "2", "railyard.io/required-topology": "block"})
     spec = spec_of(members, kai)
     assert (spec.min_member, spec.required, spec.preferred, spec.invalid) == (2, "block", NVL, ())
+
+
+def test_the_wait_for_the_preferred_level_is_a_railyard_annotation_read_as_a_declaration():
+    annotations = {"railyard.io/preferred-topology": "nvlink", "railyard.io/preferred-topology-wait-seconds": " 90 "}
+    facts = TRANSLATE.pod(pod("g-0", 8, annotations={"pod-group-name": "g", **annotations}))
+    (wait,) = [d for d in facts.declarations if d.role == PREFERRED_WAIT]
+    assert (wait.source, wait.value, wait.precedence) == ("railyard.io/preferred-topology-wait-seconds", " 90 ", 0)
+    spec = gangspec.build("ml/g", [facts], None, 60.0, max_preferred_wait=300.0)
+    assert (spec.preferred, spec.preferred_wait_seconds, spec.invalid) == ("nvlink", 90.0, ())
+
+
+def test_the_exclusive_level_is_a_railyard_annotation_read_as_a_declaration():
+    facts = TRANSLATE.pod(pod("g-0", 8, annotations={"pod-group-name": "g", "railyard.io/exclusive-topology": " nvlink"}))
+    (exclusive,) = [d for d in facts.declarations if d.role == EXCLUSIVE_DOMAIN]
+    assert (exclusive.source, exclusive.value, exclusive.precedence) == ("railyard.io/exclusive-topology", " nvlink", 0)
+    assert gangspec.build("ml/g", [facts], None, 60.0).exclusive_domain == "nvlink"
 
 
 def test_a_group_problem_makes_the_gang_invalid_and_is_its_reason():
