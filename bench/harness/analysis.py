@@ -32,13 +32,11 @@ from typing import Any, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod, preemption
+from bench.harness import arms as arms_mod, cpu as cpu_mod, pergang, preemption
+from bench.harness.pergang import LEVELS
 from bench.harness.runner import ArmResult, PodRecord
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
-
-LEVELS = ("cluster", "block", "leaf", "nvl", "host")
-"""Depth index -> level name; a domain at depth d is a node's path truncated to d."""
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -67,6 +65,17 @@ def node_capacity(nodes: list[dict[str, Any]]) -> dict[str, int]:
             continue
         caps[node["metadata"]["name"]] = int(node["status"]["allocatable"].get("nvidia.com/gpu", 0))
     return caps
+
+
+def free_gpus(recs: dict[str, PodRecord], caps: dict[str, int], own: set[str], t: float) -> dict[str, int]:
+    """Node -> GPUs free at ``t`` for a gang whose pods are ``own``: capacity minus the pods of
+    others bound by then and not finished (never below 0)."""
+    free = dict(caps)
+    for r in recs.values():
+        if (r.bound is not None and r.name not in own and r.node in free and r.bound <= t
+                and (r.finished is None or r.finished > t)):
+            free[r.node] -= r.gpus
+    return {n: max(f, 0) for n, f in free.items()}
 
 
 def narrowest_possible(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods: int, gpus: int) -> int:
@@ -108,6 +117,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["pod_time_to_bind_s"] = {"p50": _r(percentile(pod_ttb, 50)), "p99": _r(percentile(pod_ttb, 99))}
 
     complete, ttb, narrow, levels_landed, spans = [], [], [], [], defaultdict(list)
+    records: dict[str, dict[str, Any]] = {}
     spread: list[float] = []
     exposure = 0.0
     for job in gangs:
@@ -125,19 +135,16 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         created = [m.created for m in members if m.created is not None]
         if created:
             ttb.append(t_complete - min(created))
-        own = {m.name for m in members}
-        free = dict(caps)
-        for r in recs.values():
-            if (r.bound is not None and r.name not in own and r.node in free and r.bound <= t_complete
-                    and (r.finished is None or r.finished > t_complete)):
-                free[r.node] -= r.gpus
-        possible = narrowest_possible(paths, {n: max(f, 0) for n, f in free.items()}, job.pods, job.gpus)
+        free = free_gpus(recs, caps, {m.name for m in members}, t_complete)
+        possible = narrowest_possible(paths, free, job.pods, job.gpus)
         member_paths = [paths[m.node] for m in bound]
         actual = shared_depth(member_paths)
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
-        for depth in range(1, len(LEVELS)):
-            spans[LEVELS[depth]].append(len({p[:depth] for p in member_paths}))
+        records[job.name] = {**pergang.record(job, member_paths, paths, free, t_complete),
+                             "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
+        for lvl, n in records[job.name]["spans"].items():
+            spans[lvl].append(n)
 
     out["gang_time_to_bind_s"] = {"p50": _r(percentile(ttb, 50)), "p99": _r(percentile(ttb, 99))}
     out["gang_bind_spread_s"] = {"p50": _r(percentile(spread, 50)), "p99": _r(percentile(spread, 99)),
@@ -151,6 +158,10 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     frag = [f for f in series["fragmentation"] if f is not None]
     out["fragmentation_mean"] = _r(sum(frag) / len(frag)) if frag else None
     out["domains_spanned_mean"] = {lvl: _r(sum(v) / len(v)) for lvl, v in spans.items()} if spans else None
+    out["domains_beyond_fewest_mean"] = pergang.beyond_fewest_mean(records)
+    out["gang_records"] = {j.name: records.get(j.name) or {"pods": j.pods, "gpus": j.gpus,
+                                                            "request": pergang.request(j), "spans": None}
+                           for j in gangs} if gangs else None
     out["gangs"] = {"total": len(gangs), "bound_whole": len(complete),
                     "partly_bound": sum(1 for j in gangs if 0 < sum(m.bound is not None for m in by_job[j.name]) < j.pods),
                     "none_bound": sum(1 for j in gangs if not any(m.bound is not None for m in by_job[j.name]))}
