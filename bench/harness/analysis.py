@@ -19,7 +19,10 @@ repeats them next to the keys):
   gang's Binding burst caught between two of its members by one sample.
 - utilization: GPUs held by bound, unfinished pods over all GPUs, sampled each second.
 - fragmentation: the share of free GPUs that pods of the workload's per-pod sizes cannot use
-  (sum over nodes of free mod size), weighted by each size's share of requested GPUs.
+  (sum over nodes of free mod size), weighted by each size's share of requested GPUs. The mean
+  of that per-second share weighs a second with 10 GPUs free as much as one with 200, so an
+  arm that keeps more of the cluster busy scores worse for the same stranded GPUs (issue 23):
+  ``fragmentation_gpu_seconds`` is stranded over free summed over the seconds instead.
 - CPU per pod (issue 13): each process's CPU seconds (``/proc``, ``bench/harness/cpu.py``)
   from kube-scheduler's resume (or t0) to the last binding, over the pods bound in that window.
 """
@@ -157,6 +160,9 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["utilization_mean"] = _r(sum(series["utilization"]) / len(series["utilization"])) if series["t"] else None
     frag = [f for f in series["fragmentation"] if f is not None]
     out["fragmentation_mean"] = _r(sum(frag) / len(frag)) if frag else None
+    out["fragmentation_gpu_seconds"] = (_r(sum(series["stranded"]) / sum(series["free"]))
+                                        if sum(series["free"]) else None)
+    out["stranded_gpus_mean"] = _r(sum(series["stranded"]) / len(series["t"])) if series["t"] else None
     out["domains_spanned_mean"] = {lvl: _r(sum(v) / len(v)) for lvl, v in spans.items()} if spans else None
     out["domains_beyond_fewest_mean"] = pergang.beyond_fewest_mean(records)
     out["gang_records"] = {j.name: records.get(j.name) or {"pods": j.pods, "gpus": j.gpus,
@@ -350,7 +356,7 @@ def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job],
     events.sort()
     free = dict(caps)
     total = sum(caps.values())
-    t_series, util, frag = [], [], []
+    t_series, util, frag, stranded_series, free_series = [], [], [], [], []
     i = 0
     for second in range(0, int(end) + 1):
         while i < len(events) and events[i][0] <= second:
@@ -360,12 +366,12 @@ def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job],
         free_total = sum(max(f, 0) for f in free.values())
         t_series.append(second)
         util.append((total - free_total) / total if total else 0.0)
-        if free_total:
-            stranded = sum(w * sum(max(f, 0) % s for f in free.values()) for s, w in weight.items())
-            frag.append(stranded / free_total)
-        else:
-            frag.append(None)
-    return {"t": t_series, "utilization": util, "fragmentation": frag}
+        stranded = sum(w * sum(max(f, 0) % s for f in free.values()) for s, w in weight.items())
+        frag.append(stranded / free_total if free_total else None)
+        stranded_series.append(stranded)
+        free_series.append(free_total)
+    return {"t": t_series, "utilization": util, "fragmentation": frag, "stranded": stranded_series,
+            "free": free_series}
 
 
 def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float, end: float,

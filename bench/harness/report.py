@@ -185,6 +185,8 @@ KEY_ROWS = (
     ("deadlocked gangs", ("deadlocked_gangs",)),
     ("GPU utilization mean", ("utilization_mean",)),
     ("fragmentation mean", ("fragmentation_mean",)),
+    ("fragmentation of free GPU-seconds (stranded / free, summed)", ("fragmentation_gpu_seconds",)),
+    ("stranded GPUs mean", ("stranded_gpus_mean",)),
     ("scheduler algorithm p50 ms (filter+score, extender calls included)", ("scheduler_algorithm_ms", "p50")),
     ("scheduler algorithm p99 ms", ("scheduler_algorithm_ms", "p99")),
     ("scheduler attempt p50 ms (algorithm + binding)", ("scheduler_attempt_ms", "p50")),

@@ -115,3 +115,28 @@ def test_report_has_the_gang_by_gang_section(tmp_path):
     assert "| 1 | D | 1 | 0 / 1 / 1 / 0 | 0 / 0 / 0 / 0 |" in text
     assert "| 1 | g | 3 x 8 | preferred nvl | D | leaf | 2 (1) | 1 (1) | planner |" in text
     assert "| NVLink domains / leaves per gang beyond the fewest possible (mean) | 2 / 1 | 0 / 0 |" in text
+
+
+def test_fragmentation_over_free_gpu_seconds_does_not_punish_a_busier_cluster():
+    # Pods of 4 GPUs only, so a node's stranded GPUs are its free GPUs mod 4. Observed 10 s (0..9).
+    jobs = [workload.Job("w", "single", 1, 4, 0.0, None)]
+
+    def arm(pods: list[tuple[str, int, float | None]]) -> dict:
+        recs = {f"p{i}": runner.PodRecord(f"p{i}", "w", gpus, created=0.0, bound=0.0, node=node, finished=done)
+                for i, (node, gpus, done) in enumerate(pods)}
+        out, _ = analysis.analyse(runner.ArmResult("X", recs, 9.0, 1.0), jobs, NODES, {})
+        return out
+
+    # Busy: 2 GPUs stranded on h1 (6 free) and h2-h6 full for 5 s: 2 of 6 free GPUs stranded, then 2 of 46.
+    busy = arm([("h1", 2, None), *((f"h{i}", 8, 4.5) for i in range(2, 7))])
+    # Idle: 2 GPUs stranded on each of h1 and h2 the whole time: 4 of 44 free GPUs.
+    idle = arm([("h1", 2, None), ("h2", 2, None)])
+    # The per-second mean ranks the busy arm worse (its 5 busy seconds count 2/6 each) ...
+    assert busy["fragmentation_mean"] == round((5 * 2 / 6 + 5 * 2 / 46) / 10, 3)
+    assert idle["fragmentation_mean"] == round(4 / 44, 3)
+    assert busy["fragmentation_mean"] > idle["fragmentation_mean"]
+    # ... though it strands half as many GPUs: over free GPU-seconds it is the better one.
+    assert busy["stranded_gpus_mean"] == 2 and idle["stranded_gpus_mean"] == 4
+    assert busy["fragmentation_gpu_seconds"] == round(20 / (5 * 6 + 5 * 46), 3)
+    assert idle["fragmentation_gpu_seconds"] == round(40 / 440, 3)
+    assert busy["fragmentation_gpu_seconds"] < idle["fragmentation_gpu_seconds"]
