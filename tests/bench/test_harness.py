@@ -26,6 +26,7 @@ PER_ARM_KEYS = (
     ("narrowest_domain_fraction",), ("partial_gang_pod_seconds",), ("deadlocked_gangs",),
     ("utilization_mean",), ("fragmentation_mean",),
     ("domains_beyond_fewest_mean", "nvl"), ("domains_beyond_fewest_mean", "leaf"),
+    ("fragmentation_gpu_seconds",), ("stranded_gpus_mean",),
 )
 
 
