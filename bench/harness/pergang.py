@@ -75,7 +75,7 @@ def record(job: Any, member_paths: list[tuple[str, ...]], paths: dict[str, tuple
 
 
 def beyond_fewest_mean(records: dict[str, dict[str, Any]]) -> dict[str, float] | None:
-    """Per level, the mean over whole-bound gangs of domains spanned beyond the fewest possible."""
+    """Per level, the mean over whole-bound gangs with a ``fewest`` of domains spanned beyond it."""
     rows = [r for r in records.values() if r.get("spans") and r.get("fewest")]
     if not rows:
         return None
