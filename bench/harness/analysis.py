@@ -81,6 +81,26 @@ def free_gpus(recs: dict[str, PodRecord], caps: dict[str, int], own: set[str], t
     return {n: max(f, 0) for n, f in free.items()}
 
 
+def held_fewest(recs: dict[str, PodRecord], caps: dict[str, int], paths: dict[str, tuple[str, ...]], job: Job,
+                own: set[str], created: float, first_bound: float, bound: float) -> dict[str, int] | None:
+    """``gang_records``' ``fewest_held``: the fewest domains per level at the first moment from
+    the gang's first creation to its first binding when it fits on the free GPUs less every GPU
+    other pods took after that moment, until ``HELD_S`` after it bound (railyard reserves a
+    planned gang's GPUs; the watch sees only the bindings). Free GPUs only grow between those
+    moments as pods finish, so the first moment it fits allows the most domains. None if none."""
+    others = [r for r in recs.values() if r.name not in own and r.node in caps and r.bound is not None]
+    moments = [created, *sorted(r.finished for r in others if r.finished is not None and created < r.finished <= first_bound)]
+    for t in moments:
+        free = free_gpus(recs, caps, own, t)
+        for r in others:
+            if t < r.bound <= bound + pergang.HELD_S:
+                free[r.node] = max(free[r.node] - r.gpus, 0)
+        fewest = pergang.fewest_domains(paths, free, job.pods, job.gpus, job.required)
+        if fewest is not None:
+            return fewest
+    return None
+
+
 def narrowest_possible(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods: int, gpus: int) -> int:
     """Deepest depth with one domain whose nodes' free GPUs fit ``pods`` x ``gpus``; -1 if none."""
     for depth in range(len(LEVELS) - 1, -1, -1):
@@ -138,13 +158,18 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         created = [m.created for m in members if m.created is not None]
         if created:
             ttb.append(t_complete - min(created))
-        free = free_gpus(recs, caps, {m.name for m in members}, t_complete)
+        own = {m.name for m in members}
+        free = free_gpus(recs, caps, own, t_complete)
         possible = narrowest_possible(paths, free, job.pods, job.gpus)
         member_paths = [paths[m.node] for m in bound]
         actual = shared_depth(member_paths)
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
-        records[job.name] = {**pergang.record(job, member_paths, paths, free, t_complete),
+        at_creation = free_gpus(recs, caps, own, min(created)) if created else None
+        held = (held_fewest(recs, caps, paths, job, own, min(created), min(m.bound for m in bound), t_complete)
+                if created else None)
+        records[job.name] = {**pergang.record(job, member_paths, paths, free, at_creation, t_complete),
+                             "fewest_held": held,
                              "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
         for lvl, n in records[job.name]["spans"].items():
             spans[lvl].append(n)

@@ -10,6 +10,13 @@ free GPUs the capacity minus the pods of other jobs bound and not finished, as t
   inside one domain of its required level if it has one: a level's domains taken largest first
   (pods of the gang's size each holds) until they hold every pod. Each level is a bound of its
   own: the fewest leaves and the fewest NVLink domains need not come from one placement.
+- ``fewest_created``: the same when its first member was created. A gang is planned somewhere
+  between the two moments (railyard plans it when its first member reaches the filter, Kueue
+  when it admits it), and GPUs free at one of them may not have been at the other.
+- ``fewest_held`` (``analysis.held_fewest``): the same at the first moment between the first
+  member's creation and the first binding when the gang fits on the free GPUs less everything
+  other pods took after that moment, until ``HELD_S`` after it bound: as if all of that had been
+  held for them (railyard reserves a planned gang's GPUs; the watch sees only the bindings).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from typing import Any
 LEVELS = ("cluster", "block", "leaf", "nvl", "host")
 """Depth index -> level name; a domain at depth d is a node's path truncated to d."""
 SPAN_LEVELS = LEVELS[1:]
+HELD_S = 2.0
+"""Pods bound this soon after a gang were most likely placed (their GPUs held) before it."""
 DEPTH = {name: depth for depth, name in enumerate(LEVELS)}
 
 
@@ -67,11 +76,14 @@ def request(job: Any) -> str:
 
 
 def record(job: Any, member_paths: list[tuple[str, ...]], paths: dict[str, tuple[str, ...]],
-           free: dict[str, int], at: float) -> dict[str, Any]:
-    """One whole-bound gang's entry of ``gang_records``."""
+           free: dict[str, int], at_creation: dict[str, int] | None, at: float) -> dict[str, Any]:
+    """One whole-bound gang's entry of ``gang_records`` (but ``fewest_held``): ``free`` as it stood
+    when its last member bound, ``at_creation`` when its first member was created."""
+    def fewest(gpus: dict[str, int] | None) -> dict[str, int] | None:
+        return None if gpus is None else fewest_domains(paths, gpus, job.pods, job.gpus, job.required)
+
     return {"pods": job.pods, "gpus": job.gpus, "request": request(job), "bound_at_s": round(at, 3),
-            "spans": spans(member_paths),
-            "fewest": fewest_domains(paths, free, job.pods, job.gpus, job.required)}
+            "spans": spans(member_paths), "fewest": fewest(free), "fewest_created": fewest(at_creation)}
 
 
 def beyond_fewest_mean(records: dict[str, dict[str, Any]]) -> dict[str, float] | None:
@@ -88,9 +100,10 @@ def compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     ``summary[arm]``: ``gangs`` compared, ``b_wider`` / ``arm_wider`` (per level, gangs where
     one spanned more domains than the other); ``losses``: one row per gang and arm where B
     spanned more at some level, with both arms' spans and fewest, and ``why`` per level:
-    ``planner`` when B spanned more than the fewest its own cluster allowed (the harness
-    cannot see GPUs reserved for gangs waiting at bind: those count here too), else
-    ``cluster`` (B was at its fewest: the other arm's cluster had more room then)."""
+    ``cluster`` when B was at its fewest when its last member bound or when its first was
+    created (the other arm's cluster had more room); ``held`` when B was within
+    ``fewest_held`` (GPUs other pods took later may have been reserved for them when it was
+    planned); else ``planner``."""
     own = (arms.get("B") or {}).get("gang_records")
     if not own:
         return None
@@ -108,13 +121,26 @@ def compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
             levels = [lvl for lvl in SPAN_LEVELS if mine["spans"][lvl] > other["spans"][lvl]]
             if not levels:
                 continue
-            why = {lvl: ("planner" if mine["fewest"] is not None and mine["spans"][lvl] > mine["fewest"][lvl]
-                         else "cluster") for lvl in levels}
+            why = {lvl: _why(mine, lvl) for lvl in levels}
             losses.append({"gang": g, "arm": name, "pods": mine["pods"], "gpus": mine["gpus"],
                            "request": mine["request"], "levels": levels, "why": why,
-                           "B": {"spans": mine["spans"], "fewest": mine["fewest"], "bound_at_s": mine["bound_at_s"]},
-                           name: {"spans": other["spans"], "fewest": other["fewest"], "bound_at_s": other["bound_at_s"]}})
+                           "B": _brief(mine), name: _brief(other)})
     return {"summary": summary, "losses": losses}
+
+
+def _why(rec: dict[str, Any], lvl: str) -> str:
+    """Why a gang spans ``rec["spans"][lvl]`` domains at ``lvl`` (see ``compare``). A moment with
+    no room for the gang explains nothing, except at its binding (the watch's view was behind)."""
+    def within(key: str) -> bool:
+        return rec.get(key) is not None and rec["spans"][lvl] <= rec[key][lvl]
+
+    if rec.get("fewest") is None or within("fewest") or within("fewest_created"):
+        return "cluster"
+    return "held" if within("fewest_held") else "planner"
+
+
+def _brief(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec.get(k) for k in ("spans", "fewest", "fewest_created", "fewest_held", "bound_at_s")}
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:
@@ -126,10 +152,12 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     out = ["## Gang by gang (issue 23): where B spanned more domains than another arm", "",
            "Same gangs in every arm of a run. *Spans*: distinct domains a gang's members are on; *fewest*: the "
            "fewest it could have spanned on the free GPUs as the harness saw them when its last member bound "
-           "(inside its required level). Why, per level: **planner** = B spanned more than the fewest its own "
-           "cluster allowed (or GPUs were reserved for a gang waiting at bind, which the harness does not see); "
-           "**cluster** = B was at its fewest, the other arm's cluster had more room at that moment (arrival "
-           "timing, what else ran).", "",
+           "(inside its required level). Why, per level: **cluster** = B was at its fewest then or when its first "
+           "member was created (B plans a gang in between), the other arm's cluster had more room (arrival "
+           "timing, what else ran); **held** = B was at its fewest at the first moment between its first "
+           "member's creation and its binding when it fit, on the GPUs free then less all that other pods took "
+           f"from then until {HELD_S:g} s after it bound (reservations the watch cannot see); **planner** = B "
+           "spanned more than even that.", "",
            "| run | arm | gangs compared | B wider: block / leaf / nvl / host | arm wider: block / leaf / nvl / host |",
            "|---|---|---|---|---|"]
 

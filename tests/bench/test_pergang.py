@@ -101,6 +101,41 @@ def test_compare_names_the_gangs_b_lost_and_why():
     assert pergang.compare({"D": d}) is None
 
 
+def test_gpus_another_gang_took_right_after_count_as_held_not_the_planners():
+    # B's gang over r1's two NVLink domains at t=5 while r2/n1 looked free; gang x bound there at
+    # t=6 (planned before g, its GPUs held: the watch sees only the binding). D's gang took r2/n1.
+    jobs = [GANG, workload.Job("x", "gang", 3, 8, 0.0, None)]
+    pods = {p: runner.PodRecord(p, "g", 8, created=0.5, bound=5.0, node=n)
+            for p, n in {"g-0": "h1", "g-1": "h2", "g-2": "h3"}.items()}
+    pods |= {f"x-{i}": runner.PodRecord(f"x-{i}", "x", 8, created=0.5, bound=5.0 + pergang.HELD_S / 2, node=n)
+             for i, n in enumerate(("h4", "h5", "h6"))}
+    b, _ = analysis.analyse(runner.ArmResult("B", pods, 10.0, 1.0), jobs, NODES, {})
+    rec = b["gang_records"]["g"]
+    assert rec["fewest"]["nvl"] == 1 and rec["fewest_held"]["nvl"] == 2
+    d = _arm("D", {"g-0": "h4", "g-1": "h5", "g-2": "h6"}, {}, JOBS)
+    (loss,) = pergang.compare({"B": b, "D": d})["losses"]
+    assert loss["levels"] == ["nvl"] and loss["why"] == {"nvl": "held"}
+    # Bound later than HELD_S after the gang: not counted as held.
+    late = {k: (runner.PodRecord(k, "x", 8, created=0.5, bound=5.0 + 2 * pergang.HELD_S, node=r.node)
+                if r.job == "x" else r) for k, r in pods.items()}
+    b_late, _ = analysis.analyse(runner.ArmResult("B", late, 10.0, 1.0), jobs, NODES, {})
+    assert b_late["gang_records"]["g"]["fewest_held"]["nvl"] == 1
+    assert pergang.compare({"B": b_late, "D": d})["losses"][0]["why"] == {"nvl": "planner"}
+
+
+def test_a_node_busy_when_the_gang_came_and_free_when_it_bound_explains_its_span():
+    # s0 ran on h4 from before g was created (0.5) until 4.0; g bound at 5 over r1's two NVLink
+    # domains, when r2/n1 was free again: when it came, r2/n1 held only 2 of its 3 pods.
+    pods = {p: runner.PodRecord(p, "g", 8, created=0.5, bound=5.0, node=n)
+            for p, n in {"g-0": "h1", "g-1": "h2", "g-2": "h3"}.items()}
+    pods["s0"] = runner.PodRecord("s0", "s0", 8, created=0.0, bound=0.1, node="h4", finished=4.0)
+    b, _ = analysis.analyse(runner.ArmResult("B", pods, 10.0, 1.0), JOBS, NODES, {})
+    rec = b["gang_records"]["g"]
+    assert rec["fewest"]["nvl"] == 1 and rec["fewest_created"]["nvl"] == 2
+    d = _arm("D", {"g-0": "h4", "g-1": "h5", "g-2": "h6"}, {}, JOBS)
+    assert pergang.compare({"B": b, "D": d})["losses"][0]["why"] == {"nvl": "cluster"}
+
+
 def test_report_has_the_gang_by_gang_section(tmp_path):
     b = _arm("B", {"g-0": "h1", "g-1": "h3", "g-2": "h5"}, {"s0": "h2"}, JOBS)
     d = _arm("D", {"g-0": "h4", "g-1": "h5", "g-2": "h6"}, {"s0": "h1"}, JOBS)
