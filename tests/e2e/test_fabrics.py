@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from .helpers import BindingWatch, create_pods, delete_pods, gang_pods, gpu_node, namespace, pods_by_name, \
-    wait_released
+    wait_released, wait_unschedulable
 
 pytestmark = pytest.mark.e2e
 
@@ -141,3 +141,13 @@ def test_every_gang_lands_in_one_pool_at_the_narrowest_level_each_pool_alone_off
             for n in nodes:
                 free[n] -= gpus
     assert sum(GPUS - f for f in free.values()) == sum(s * g for _, s, g, _, _ in GANGS)
+
+    # 4 x 8 inside one NVLink domain: only Topograph's pool has the level, and none of its domains
+    # has more than 3 nodes. The gang waits, holding nothing, and the reason names the pool.
+    assert all(pool_alone(pool, free, 4, 8, "nvlink") is None for pool in POOLS)
+    names = create_pods(core, ns, gang_pods("wide", 4, 8, required="nvlink"))
+    reason = wait_unschedulable(core, ns, names[0])
+    most = max(sum(free[n] // 8 for n in POOL_OF if POOL_OF[n] == "topograph" and domain("topograph", n, 1) == d)
+               for d in {domain("topograph", n, 1) for n in POOL_OF if POOL_OF[n] == "topograph"})
+    assert "nvlink topograph/" in reason and f"fits {most}" in reason, reason
+    assert not any(pods_by_name(core, ns)[n].spec.node_name for n in names)
