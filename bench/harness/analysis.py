@@ -19,7 +19,10 @@ repeats them next to the keys):
   gang's Binding burst caught between two of its members by one sample.
 - utilization: GPUs held by bound, unfinished pods over all GPUs, sampled each second.
 - fragmentation: the share of free GPUs that pods of the workload's per-pod sizes cannot use
-  (sum over nodes of free mod size), weighted by each size's share of requested GPUs.
+  (sum over nodes of free mod size), weighted by each size's share of requested GPUs. The mean
+  of that per-second share weighs a second with 10 GPUs free as much as one with 200, so an
+  arm that keeps more of the cluster busy scores worse for the same stranded GPUs (issue 23):
+  ``fragmentation_gpu_seconds`` is stranded over free summed over the seconds instead.
 - CPU per pod (issue 13): each process's CPU seconds (``/proc``, ``bench/harness/cpu.py``)
   from kube-scheduler's resume (or t0) to the last binding, over the pods bound in that window.
 """
@@ -32,13 +35,11 @@ from typing import Any, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod, preemption
+from bench.harness import arms as arms_mod, cpu as cpu_mod, pergang, preemption
+from bench.harness.pergang import LEVELS
 from bench.harness.runner import ArmResult, PodRecord
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
-
-LEVELS = ("cluster", "block", "leaf", "nvl", "host")
-"""Depth index -> level name; a domain at depth d is a node's path truncated to d."""
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -67,6 +68,37 @@ def node_capacity(nodes: list[dict[str, Any]]) -> dict[str, int]:
             continue
         caps[node["metadata"]["name"]] = int(node["status"]["allocatable"].get("nvidia.com/gpu", 0))
     return caps
+
+
+def free_gpus(recs: dict[str, PodRecord], caps: dict[str, int], own: set[str], t: float) -> dict[str, int]:
+    """Node -> GPUs free at ``t`` for a gang whose pods are ``own``: capacity minus the pods of
+    others bound by then and not finished (never below 0)."""
+    free = dict(caps)
+    for r in recs.values():
+        if (r.bound is not None and r.name not in own and r.node in free and r.bound <= t
+                and (r.finished is None or r.finished > t)):
+            free[r.node] -= r.gpus
+    return {n: max(f, 0) for n, f in free.items()}
+
+
+def held_fewest(recs: dict[str, PodRecord], caps: dict[str, int], paths: dict[str, tuple[str, ...]], job: Job,
+                own: set[str], created: float, first_bound: float, bound: float) -> dict[str, int] | None:
+    """``gang_records``' ``fewest_held``: the fewest domains per level at the first moment from
+    the gang's first creation to its first binding when it fits on the free GPUs less every GPU
+    other pods took after that moment, until ``HELD_S`` after it bound (railyard reserves a
+    planned gang's GPUs; the watch sees only the bindings). Free GPUs only grow between those
+    moments as pods finish, so the first moment it fits allows the most domains. None if none."""
+    others = [r for r in recs.values() if r.name not in own and r.node in caps and r.bound is not None]
+    moments = [created, *sorted(r.finished for r in others if r.finished is not None and created < r.finished <= first_bound)]
+    for t in moments:
+        free = free_gpus(recs, caps, own, t)
+        for r in others:
+            if t < r.bound <= bound + pergang.HELD_S:
+                free[r.node] = max(free[r.node] - r.gpus, 0)
+        fewest = pergang.fewest_domains(paths, free, job.pods, job.gpus, job.required)
+        if fewest is not None:
+            return fewest
+    return None
 
 
 def narrowest_possible(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods: int, gpus: int) -> int:
@@ -108,6 +140,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["pod_time_to_bind_s"] = {"p50": _r(percentile(pod_ttb, 50)), "p99": _r(percentile(pod_ttb, 99))}
 
     complete, ttb, narrow, levels_landed, spans = [], [], [], [], defaultdict(list)
+    records: dict[str, dict[str, Any]] = {}
     spread: list[float] = []
     exposure = 0.0
     for job in gangs:
@@ -126,18 +159,20 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         if created:
             ttb.append(t_complete - min(created))
         own = {m.name for m in members}
-        free = dict(caps)
-        for r in recs.values():
-            if (r.bound is not None and r.name not in own and r.node in free and r.bound <= t_complete
-                    and (r.finished is None or r.finished > t_complete)):
-                free[r.node] -= r.gpus
-        possible = narrowest_possible(paths, {n: max(f, 0) for n, f in free.items()}, job.pods, job.gpus)
+        free = free_gpus(recs, caps, own, t_complete)
+        possible = narrowest_possible(paths, free, job.pods, job.gpus)
         member_paths = [paths[m.node] for m in bound]
         actual = shared_depth(member_paths)
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
-        for depth in range(1, len(LEVELS)):
-            spans[LEVELS[depth]].append(len({p[:depth] for p in member_paths}))
+        at_creation = free_gpus(recs, caps, own, min(created)) if created else None
+        held = (held_fewest(recs, caps, paths, job, own, min(created), min(m.bound for m in bound), t_complete)
+                if created else None)
+        records[job.name] = {**pergang.record(job, member_paths, paths, free, at_creation, t_complete),
+                             "fewest_held": held,
+                             "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
+        for lvl, n in records[job.name]["spans"].items():
+            spans[lvl].append(n)
 
     out["gang_time_to_bind_s"] = {"p50": _r(percentile(ttb, 50)), "p99": _r(percentile(ttb, 99))}
     out["gang_bind_spread_s"] = {"p50": _r(percentile(spread, 50)), "p99": _r(percentile(spread, 99)),
@@ -150,7 +185,14 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     out["utilization_mean"] = _r(sum(series["utilization"]) / len(series["utilization"])) if series["t"] else None
     frag = [f for f in series["fragmentation"] if f is not None]
     out["fragmentation_mean"] = _r(sum(frag) / len(frag)) if frag else None
+    out["fragmentation_gpu_seconds"] = (_r(sum(series["stranded"]) / sum(series["free"]))
+                                        if sum(series["free"]) else None)
+    out["stranded_gpus_mean"] = _r(sum(series["stranded"]) / len(series["t"])) if series["t"] else None
     out["domains_spanned_mean"] = {lvl: _r(sum(v) / len(v)) for lvl, v in spans.items()} if spans else None
+    out["domains_beyond_fewest_mean"] = pergang.beyond_fewest_mean(records)
+    out["gang_records"] = {j.name: records.get(j.name) or {"pods": j.pods, "gpus": j.gpus,
+                                                            "request": pergang.request(j), "spans": None}
+                           for j in gangs} if gangs else None
     out["gangs"] = {"total": len(gangs), "bound_whole": len(complete),
                     "partly_bound": sum(1 for j in gangs if 0 < sum(m.bound is not None for m in by_job[j.name]) < j.pods),
                     "none_bound": sum(1 for j in gangs if not any(m.bound is not None for m in by_job[j.name]))}
@@ -339,7 +381,7 @@ def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job],
     events.sort()
     free = dict(caps)
     total = sum(caps.values())
-    t_series, util, frag = [], [], []
+    t_series, util, frag, stranded_series, free_series = [], [], [], [], []
     i = 0
     for second in range(0, int(end) + 1):
         while i < len(events) and events[i][0] <= second:
@@ -349,12 +391,12 @@ def _timeline(recs: dict[str, PodRecord], caps: dict[str, int], jobs: list[Job],
         free_total = sum(max(f, 0) for f in free.values())
         t_series.append(second)
         util.append((total - free_total) / total if total else 0.0)
-        if free_total:
-            stranded = sum(w * sum(max(f, 0) % s for f in free.values()) for s, w in weight.items())
-            frag.append(stranded / free_total)
-        else:
-            frag.append(None)
-    return {"t": t_series, "utilization": util, "fragmentation": frag}
+        stranded = sum(w * sum(max(f, 0) % s for f in free.values()) for s, w in weight.items())
+        frag.append(stranded / free_total if free_total else None)
+        stranded_series.append(stranded)
+        free_series.append(free_total)
+    return {"t": t_series, "utilization": util, "fragmentation": frag, "stranded": stranded_series,
+            "free": free_series}
 
 
 def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float, end: float,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.harness import preemption, runs as runs_mod
+from bench.harness import pergang, preemption, runs as runs_mod
 
 ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
               "D": "tab:green"}
@@ -138,7 +138,8 @@ def write(out_dir: Path, meta: dict[str, Any], runs: list[dict[str, Any]]) -> di
     docs, plots = [], []
     for run in runs:
         arms_k = {**run["arms"], **{a: {"skipped": why} for a, why in run["skipped"].items()}}
-        docs.append({**run["meta"], "arms": arms_k, "ratios": ratios(arms_k), "decomposition": decomposition(arms_k)})
+        docs.append({**run["meta"], "arms": arms_k, "ratios": ratios(arms_k), "decomposition": decomposition(arms_k),
+                     "gang_comparison": pergang.compare(arms_k)})
         run_dir = out_dir / run["meta"]["dir"]
         made = _plots(run_dir, run["series"])
         made += [m for m in [preemption.plot(run_dir, arms_k, _pyplot(), ARM_COLORS)] if m]
@@ -178,11 +179,14 @@ KEY_ROWS = (
     ("narrowest-domain share", ("narrowest_domain_fraction",)),
     ("NVLink domains per gang (mean)", ("domains_spanned_mean", "nvl")),
     ("leaves per gang (mean)", ("domains_spanned_mean", "leaf")),
+    ("NVLink domains / leaves per gang beyond the fewest possible (mean)", None),
     ("partial-gang exposure pod-s", ("partial_gang_pod_seconds",)),
     ("gang bind spread p99 s (first -> last member bound)", ("gang_bind_spread_s", "p99")),
     ("deadlocked gangs", ("deadlocked_gangs",)),
     ("GPU utilization mean", ("utilization_mean",)),
     ("fragmentation mean", ("fragmentation_mean",)),
+    ("fragmentation of free GPU-seconds (stranded / free, summed)", ("fragmentation_gpu_seconds",)),
+    ("stranded GPUs mean", ("stranded_gpus_mean",)),
     ("scheduler algorithm p50 ms (filter+score, extender calls included)", ("scheduler_algorithm_ms", "p50")),
     ("scheduler algorithm p99 ms", ("scheduler_algorithm_ms", "p99")),
     ("scheduler attempt p50 ms (algorithm + binding)", ("scheduler_attempt_ms", "p50")),
@@ -237,6 +241,9 @@ def _cell(arm: dict[str, Any], label: str, keys: Any) -> str:
             pct = arm["percentage_of_nodes_to_score"]
             shown = "default" if pct is None else str(pct)
             return shown + (f" ({arm['nodes_to_find']})" if arm.get("nodes_to_find") is not None else "")
+        if label.startswith("NVLink domains / leaves"):
+            b = arm.get("domains_beyond_fewest_mean")
+            return f"{b['nvl']:g} / {b['leaf']:g}" if b else "-"
         if label.startswith("Kueue"):
             return _kueue_cell(arm.get("kueue"), label)
         verb = label.split()[1]
@@ -304,7 +311,7 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
             + ", ".join(f"{label} = {r.get(key)} ({r.get(key.replace('throughput_', 'process_only_', 1))})"
                         for label, (key, _, _) in zip(("B/A", "A100/A", "B/A100", "B100/A100"), RATIO_PAIRS))
             + f"; gang time-to-bind p99 B/C = {r['time_to_bind_p99_railyard_vs_native']}.", "",
-            *runs_markdown(doc), *decomposition_markdown(doc), *preemption.markdown(doc),
+            *runs_markdown(doc), *decomposition_markdown(doc), *pergang.markdown(doc), *preemption.markdown(doc),
             "## Targets (issues 5, 12 and 21; measured, never tuned for)", "",
             "| target | goal | measured | met | shortfall |", "|---|---|---|---|---|"]
     for t in doc["targets"]:

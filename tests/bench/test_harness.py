@@ -25,6 +25,8 @@ PER_ARM_KEYS = (
     ("gang_time_to_bind_s", "p50"), ("gang_time_to_bind_s", "p99"),
     ("narrowest_domain_fraction",), ("partial_gang_pod_seconds",), ("deadlocked_gangs",),
     ("utilization_mean",), ("fragmentation_mean",),
+    ("domains_beyond_fewest_mean", "nvl"), ("domains_beyond_fewest_mean", "leaf"),
+    ("fragmentation_gpu_seconds",), ("stranded_gpus_mean",),
 )
 
 
@@ -76,6 +78,18 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
         assert (out / png).read_bytes()[:4] == b"\x89PNG", png
     # Arm B runs railyard: gangs bind whole, so no gang is left partly bound at the end.
     assert doc["arms"]["B"]["gangs"]["partly_bound"] == 0
+    # Issue 23: a record per gang and arm (spans and the fewest possible), B compared with each arm.
+    jobs = json.loads((out / "jobs.json").read_text())
+    gangs = {j["name"] for j in jobs if j["kind"] == "gang"}
+    for arm in ("A", "B", "C", "D"):
+        records = doc["runs"][0]["arms"][arm]["gang_records"]
+        assert set(records) == gangs, arm
+        for rec in records.values():
+            for key in ("spans", "fewest"):  # fewest: None when no domain of its required level held it
+                assert rec.get(key) is None or set(rec[key]) == {"block", "leaf", "nvl", "host"}, (arm, rec)
+    comparison = doc["runs"][0]["gang_comparison"]
+    assert set(comparison["summary"]) == {"A", "C", "D"}
+    assert "## Gang by gang" in report
     # Issue 21: one run (quick), its arms and ratios kept; process CPU, switches, attempts, load.
     assert [r["run"] for r in doc["runs"]] == [1] and doc["runs"][0]["ratios"] == doc["ratios"]
     assert doc["ratios"]["process_only_railyard_vs_default"] > 0
