@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--arms", help="comma-separated arms to run instead of the scenario's, e.g. A,A100,B")
     run.add_argument("--runs", type=int, help="runs of every arm, interleaved (A, B, A, B, ...), each on a fresh "
                                               "cluster; results per run and their median (default 3, 1 with --quick)")
+    run.add_argument("--kubernetes-version", help="a pinned Kubernetes version for every arm's cluster, e.g. "
+                     "1.38.0-beta.0 (default: tools/kube's; docs/local-cluster.md, \"Kubernetes versions\")")
     run.add_argument("--duration", help="soak scenarios: how long the load runs, e.g. 300, 60m, 1h "
                                          "(default: the scenario's duration_s)")
     again = sub.add_parser("report", help="analyse a finished run's directory again (after a harness change)")

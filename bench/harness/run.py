@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench.harness import analysis, arms as arms_mod, report, runner, scenario as scenario_mod, workload
 from extender import topotext
+from extender.localcluster import binaries
 from extender.localcluster.errors import ClusterError
 
 NOTES = [
@@ -105,6 +106,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     except scenario_mod.ScenarioError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
+    try:  # an unpinned version is refused before anything starts
+        kubernetes = binaries.kubernetes_components(args.kubernetes_version)[0].version()
+    except ClusterError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     arm_names = list(scn.arms)
     if args.arms:
         wanted = [a.strip().upper() for a in args.arms.split(",") if a.strip()]
@@ -147,7 +153,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             arm = arms_mod.ARMS[name]
             tag = name if count == 1 else f"{name} run {k}/{count}"
             try:
-                result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, run_dir / f"arm-{name}" / "cluster")
+                result = runner.run_arm(arm, jobs, scn.topology_text, scn.workload, run_dir / f"arm-{name}" / "cluster",
+                                        kubernetes_version=args.kubernetes_version)
             except ClusterError as exc:
                 skipped[name] = f"failed: {exc}"
                 print(f"bench[{tag}]: {exc}", file=sys.stderr)
@@ -163,7 +170,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         "command": shlex.join(argv), "date": meta_date, "machine": machine, "git": git,
         "load_average": {"start": load_start, "end": _loadavg(), "what": "1, 5, 15-minute load averages"},
         "description": scn.description,
-        "kubernetes": "v1.37.2", "kwok": "v0.7.0", "etcd": "v3.6.16",
+        "kubernetes": kubernetes,
+        "kwok": binaries.KWOK.version(), "etcd": binaries.ETCD.version(),
         "topology": {"spec": scn.topology_text if "\n" not in scn.topology_text else "topology.txt",
                      "nodes": len(nodes), "gpus": gpus},
         "workload": {"jobs": len(jobs), "pods": sum(j.pods for j in jobs),

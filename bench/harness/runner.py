@@ -104,8 +104,9 @@ class PodWatcher(kube_mod.Watch):
 
 
 def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: dict[str, Any],
-            workdir: Path, log: TextIO = sys.stderr) -> ArmResult:
-    """Start a cluster for ``arm``, run the jobs, return what was observed; always tears down."""
+            workdir: Path, log: TextIO = sys.stderr, kubernetes_version: str | None = None) -> ArmResult:
+    """Start a cluster for ``arm`` (at ``kubernetes_version``, None = the default), run the jobs,
+    return what was observed; always tears down."""
     say = lambda m: print(f"bench[{arm.name}]: {m}", file=log, flush=True)  # noqa: E731
     template = arms_mod.scheduler_config(arm)
     config_file = None
@@ -120,7 +121,7 @@ def run_arm(arm: arms_mod.Arm, jobs: list[Job], topology_text: str, workload: di
         feature_gates=dict(arm.feature_gates), runtime_config=arm.runtime_config, kueue=arm.kueue,
         # No kube-controller-manager: no controller acts on the bench's pods (no owners), and
         # every recorded run, issue 21's baseline included, was made without one.
-        controllers=False, timeout=600), log=log)
+        controllers=False, kubernetes_version=kubernetes_version, timeout=600), log=log)
     up_s = time.monotonic() - up_started
     say(f"cluster up in {up_s:.0f}s ({info.nodes} nodes)")
     try:

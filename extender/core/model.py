@@ -201,6 +201,10 @@ class GangRef:
     workload: str = ""
     """The workload the adapters found the gang from, as operators name it (``JobSet ml/train
     attempt 1``); empty: the pod names its group itself."""
+    pod_group_cycle: bool = False
+    """The pod names a Workload-API PodGroup (``spec.schedulingGroup``): kube-scheduler schedules
+    it in a pod-group cycle, which never calls an extender's preempt verb, so railyard preempts
+    for its gang from filter."""
 
     @property
     def group_id(self) -> tuple[str, str] | None:

@@ -16,7 +16,7 @@ from extender.core.placement.planner import home_domains, home_nodes
 from extender.core.verdicts import FilterVerdict
 from extender.service.context import Context
 from extender.service.gate import PermitGate
-from extender.service.preemption import GangPreemption
+from extender.service.preemption import GangPreemption, Job
 from extender.service.recovery import Recovery
 from extender.service.sink import CacheSink
 
@@ -67,12 +67,17 @@ class Verbs:
                 verdict = ctx.book.steer(rec, pod, node_names)
                 if rec.round == before:
                     break
+            jobs: list[Job] = []
+            if pod.gang.pod_group_cycle and rec.phase == Phase.PENDING:
+                # No preempt call will come for it (a pod-group cycle): railyard's own choice now.
+                jobs = self.preemption.member(rec, pod, now)
             if rec.phase not in HOLDING and not ctx.pods.unshown_pod(pod.key):
                 # Events only about pods the watch shows: a pod that exists nowhere else (a
                 # client naming pods at will) costs the API server nothing.
                 ctx.ports.events.event(pod, "GangUnschedulable", rec.reason)
             ctx.changed(wake=rec.round != round_)
-            return verdict
+        self.preemption.start(jobs)
+        return verdict
 
     def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
         ctx = self.ctx

@@ -274,9 +274,20 @@ def test_the_table_shows_switches_attempts_and_the_load():
 def test_zero_runs_is_refused_before_anything_is_made(tmp_path, capsys):
     import argparse
 
-    args = argparse.Namespace(scenario="throughput", quick=True, arms=None, runs=0, out=str(tmp_path / "o"))
+    args = argparse.Namespace(scenario="throughput", quick=True, arms=None, runs=0, out=str(tmp_path / "o"),
+                              kubernetes_version=None)
     assert run_mod.main(args, ["python", "-m", "bench"]) == 2
     assert "--runs must be at least 1, not 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unpinned_kubernetes_version_is_refused_before_anything_is_made(tmp_path, capsys):
+    import argparse
+
+    args = argparse.Namespace(scenario="gangs", quick=True, arms="B,C", runs=1, out=str(tmp_path / "o"),
+                              kubernetes_version="1.30.0")
+    assert run_mod.main(args, ["python", "-m", "bench"]) == 2
+    assert "1.30.0" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

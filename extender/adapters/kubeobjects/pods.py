@@ -4,6 +4,7 @@ where they may run (placement.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Mapping
 
 from extender.adapters.kubeobjects.dra import pod_claims
@@ -95,7 +96,8 @@ def gang_ref(pod: Mapping[str, Any], kinds: frozenset[str] = frozenset(KINDS)) -
     for where, key, kind in MEMBERSHIP:
         group = found[where].get(key)
         if group:
-            return attempt_of(GangRef(f"{ns}/{group}", True, kind), labels, kinds)
+            named, problems = attempt_of(GangRef(f"{ns}/{group}", True, kind), labels, kinds)
+            return replace(named, pod_group_cycle=bool(found["field"]["spec.schedulingGroup.podGroupName"])), problems
     ref, problems = workload_ref(labels, ns, kinds)
     return ref or GangRef(f"{ns}/{str_at(meta, 'name')}", False), problems
 

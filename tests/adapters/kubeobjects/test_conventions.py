@@ -167,6 +167,14 @@ def test_a_pod_names_its_gang_and_the_kind_of_group_it_reads(obj, key, kind):
     assert ref.group_id == ((kind, key) if kind else None)
 
 
+def test_a_pod_naming_a_workload_api_podgroup_is_scheduled_in_a_pod_group_cycle_whatever_names_its_gang():
+    assert ko.gang_ref(KUBERNETES_POD)[0].pod_group_cycle
+    both = pod("p", 8, labels={"scheduling.x-k8s.io/pod-group": "a"}, schedulingGroup={"podGroupName": "b"})
+    assert ko.gang_ref(both)[0].group_id == (SCHEDULER_PLUGINS, "ml/a") and ko.gang_ref(both)[0].pod_group_cycle
+    assert not any(ko.gang_ref(p)[0].pod_group_cycle for p in (VOLCANO_POD, KAI_POD, pod("p", 8, labels={
+        "scheduling.x-k8s.io/pod-group": "g"})))
+
+
 def test_first_match_wins_when_a_pod_carries_two_conventions():
     both = pod("p", 8, labels={"scheduling.x-k8s.io/pod-group": "a"},
                annotations={"scheduling.k8s.io/group-name": "b", "pod-group-name": "c"})
