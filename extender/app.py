@@ -248,8 +248,10 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
             raise ConfigError(f"cannot load TLS certificate {s.tls_cert_file} / key {s.tls_key_file}: {exc}") from None
         reloader = CertificateReloader((s.tls_cert_file, s.tls_key_file),
                                        partial(context.load_cert_chain, s.tls_cert_file, s.tls_key_file))
-    server = ExtenderServer(service, metrics, translator, settings=s,
-                            ready_checks={"watch-cache": cache.synced}, ssl_context=context)
+    # One loop for the verbs and the Bindings: a lone pod's bind awaits its Binding where it
+    # was read, with no thread hop (issue 21 item 5).
+    server = ExtenderServer(service, metrics, translator, settings=s, ready_checks={"watch-cache": cache.synced},
+                            ssl_context=context, loop=binder.writes.loop)
     g = settings.grpc
     grpc_server = None
     if g.listen:

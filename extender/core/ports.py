@@ -10,7 +10,7 @@ interface does no I/O; the implementations live in the adapters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from extender.core.model import BindingMark, LevelChoice, NodeFacts, PodFacts, PodRef
 
@@ -22,6 +22,8 @@ class Bindings(Protocol):
 
     def bind_all(self, bindings: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
         """Create the Binding of every (pod, node) at once."""
+    def bind_async(self, pod: PodRef, node: str) -> Awaitable[Exception | None]:
+        """One Binding, awaited on the caller's event loop instead of blocking a thread."""
     def mark_all(self, marks: Sequence[tuple[PodRef, BindingMark]]) -> Sequence[Exception | None]:
         """Record on every pod, if it still has its uid, the Binding round it is about to be
         bound in."""

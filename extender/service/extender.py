@@ -8,7 +8,7 @@ condition, and the API server's writes happen outside it.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
@@ -73,11 +73,17 @@ class TopologyExtender:
     def filter(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict:
         return self.verbs.filter(pod, node_names)
 
+    def filter_now(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict | None:
+        return self.verbs.filter_now(pod, node_names)
+
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
         return self.verbs.prioritize(pod, node_names)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.verbs.bind(namespace, name, uid, node)
+
+    def bind_now(self, namespace: str, name: str, uid: str, node: str) -> Coroutine[Any, Any, None] | None:
+        return self.verbs.bind_now(namespace, name, uid, node)
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
         return self.verbs.preempt(pod, victims)

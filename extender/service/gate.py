@@ -11,7 +11,9 @@ slice, domain per level: ``core.placement.address``), so no member runs without 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any, Coroutine
 
 from extender.core import verdicts
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, PermitRejected
@@ -60,6 +62,44 @@ class PermitGate:
                 assert answered is not None  # the book recorded every member's result
                 outcome = answered
         _answer(outcome)
+
+    def bind_now(self, namespace: str, name: str, uid: str, node: str) -> Coroutine[Any, Any, None] | None:
+        """``bind`` without waiting, for a pod bound alone (no gang of it planned): its Binding
+        as a coroutine for the caller's event loop, retried as ``_bind_all`` retries. None when
+        that cannot be known without waiting (the lock held elsewhere, a recovery due) or the
+        pod's gang is planned: ``bind`` on a thread then (issue 21 item 5)."""
+        ctx = self.ctx
+        key = f"{namespace}/{name}"
+        if not ctx.cond.acquire(blocking=False):
+            return None
+        try:
+            if ctx.rounds.partial():
+                return None
+            ctx.tick()
+            pod = ctx.pods.seen_pod(key) or ctx.pods.pending_pod(key)
+            if pod is None:
+                raise PermitRejected(verdicts.unknown_pod(key))
+            if pod.gang.named and ctx.book.get(pod.gang.key):
+                return None
+        finally:
+            ctx.cond.release()
+        return self._bind_alone(PodRef.of(key, uid), node)
+
+    async def _bind_alone(self, pod: PodRef, node: str) -> None:
+        ctx = self.ctx
+        attempts = ctx.settings.gangs.bind_attempts
+        for i in range(attempts):
+            try:
+                exc = await ctx.ports.bindings.bind_async(pod, node)
+            except Exception as raised:  # as per_pod: a port that raised gave the pod its error
+                exc = raised
+            if exc is None:
+                return
+            error = verdicts.binding_failed(pod.key, node, str(exc))
+            ctx.ports.observer.binding_failed()
+            if i + 1 < attempts:
+                await asyncio.sleep(0.05 * 2 ** i)
+        raise BindingFailed(error)
 
     def _wait(self, gang: str, key: str, round_: int) -> Outcome:
         """Hold this bind call until the gang's Bindings are done or its round ends."""

@@ -6,6 +6,7 @@ gate). Orchestration only: what to do is decided in the core (``gangs.book`` for
 from __future__ import annotations
 
 import time
+from typing import Any, Coroutine
 
 from extender.core.errors import NotReady, Preferring, Settling
 from extender.core.gangs.book import GangRecord
@@ -79,6 +80,19 @@ class Verbs:
         self.preemption.start(jobs)
         return verdict
 
+    def filter_now(self, pod: PodFacts, node_names: list[str]) -> FilterVerdict | None:
+        """``filter`` if it can answer without waiting, else None: the service lock is held
+        elsewhere (a watch event, a relist, a PlanGang), or a partly bound round is due for
+        recovery (Bindings over the network). The HTTP server answers on its event loop with
+        it and sends only the None cases to a thread (issue 21 item 5: no thread hop per call)."""
+        ctx = self.ctx
+        if not ctx.cond.acquire(blocking=False):
+            return None
+        try:  # held across filter (re-entrant): nothing can make recovery due in between
+            return None if ctx.rounds.partial() else self.filter(pod, node_names)
+        finally:
+            ctx.cond.release()
+
     def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
         ctx = self.ctx
         spec, _, running = ctx.request(rec, pod)
@@ -115,6 +129,10 @@ class Verbs:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.recovery.run()
         self.gate.bind(namespace, name, uid, node)
+
+    def bind_now(self, namespace: str, name: str, uid: str, node: str) -> Coroutine[Any, Any, None] | None:
+        """``bind`` of a pod bound alone, as a coroutine, or None (``PermitGate.bind_now``)."""
+        return self.gate.bind_now(namespace, name, uid, node)
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
         """A pod of no gang: kube-scheduler's victims, vetoed where they would break a running

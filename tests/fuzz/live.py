@@ -68,6 +68,9 @@ class MemoryBinder:
     def mark_all(self, marks):
         return [_outcome(self.mark, *m) for m in marks]
 
+    async def bind_async(self, pod: PodRef, node: str) -> Exception | None:
+        return _outcome(self.bind, pod, node)
+
     def delete_pod(self, pod: PodRef) -> None:
         with self.lock:
             self.deleted.append(pod.key)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import threading
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from extender import topotext
 from extender.adapters.kubeobjects import SCHEME
+from extender.adapters.metrics import Metrics
 from extender.core.gangs import book
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, NotReady, PermitRejected
 from extender.core.ports import Ports
@@ -48,6 +52,9 @@ class Extender(TopologyExtender):
 
     def filter(self, pod, node_names):
         return super().filter(_pod(pod), node_names)
+
+    def filter_now(self, pod, node_names):
+        return super().filter_now(_pod(pod), node_names)
 
     def prioritize(self, pod, node_names):
         return super().prioritize(_pod(pod), node_names)
@@ -99,6 +106,9 @@ class MemoryBinder:
                 self.bound.append((pod.key, node))
             outcomes.append(None)
         return outcomes
+
+    async def bind_async(self, pod, node):
+        return self.bind_all([(pod, node)])[0]
 
     def delete_pod(self, pod):
         self.deleted.append(pod.key)
@@ -317,6 +327,48 @@ def test_bind_of_an_unknown_pod_is_refused():
     ext, _, _ = extender()
     with pytest.raises(PermitRejected, match="unknown to railyard"):
         ext.bind("ml", "ghost", "uid", "h1")
+
+
+def test_a_lone_pod_is_filtered_and_bound_without_waiting_a_planned_gang_member_is_not():
+    ext, binder, _ = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, bind_attempts=2)))
+    metrics = Metrics(CollectorRegistry())
+    ext.ctx.ports = dataclasses.replace(ext.ctx.ports, observer=metrics)
+    solo = pod("solo", 1)
+    assert ext.filter_now(solo, NODES).node_names == tuple(NODES)
+    asyncio.run(ext.bind_now("ml", "solo", "uid-solo", "h2"))
+    assert binder.bound == [("ml/solo", "h2")]
+    with pytest.raises(PermitRejected, match="unknown to railyard"):
+        ext.bind_now("ml", "ghost", "uid", "h1")
+    member = gang("g", 2, 8)[0]
+    create(ext, gang("g", 2, 8))
+    assert len(ext.filter_now(member, NODES).node_names) == 1  # planned: now held at the gate
+    assert ext.bind_now("ml", member["metadata"]["name"], member["metadata"]["uid"], "h1") is None
+    binder.fail.add("ml/late")
+    ext.filter(pod("late", 1), NODES)
+    with pytest.raises(BindingFailed, match="^binding ml/late to h3 failed: Operation cannot be fulfilled: precondition failed$"):
+        asyncio.run(ext.bind_now("ml", "late", "uid-late", "h3"))
+    assert metrics.registry.get_sample_value("railyard_binding_failures_total") == 2  # each attempt
+
+
+def test_nothing_is_answered_now_while_the_service_lock_is_held_elsewhere():
+    ext, binder, _ = extender()
+    ext.filter(pod("solo", 1), NODES)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with ext.ctx.cond:
+            held.set()
+            release.wait(5)
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    try:
+        assert ext.filter_now(pod("solo", 1), NODES) is None
+        assert ext.bind_now("ml", "solo", "uid-solo", "h2") is None
+    finally:
+        release.set()
+        t.join()
+    assert binder.bound == []
 
 
 def test_bind_on_another_node_than_planned_is_refused():

@@ -3,10 +3,13 @@
     POST <prefix>/filter | /prioritize | /bind | /preempt    (prefix default /scheduler)
     GET  /healthz  /readyz  /metrics  /debug/gangs
 
-aiohttp with orjson, chosen by measurement (bench/README.md). The event loop only reads
-requests and writes replies: decoding a body and the verb itself run on worker threads, so a
-verb waiting for the service lock (held by a gRPC PlanGang or a relist) or a large prioritize
-never keeps /healthz, /readyz or /metrics waiting (issue 11 item 6; measured in
+aiohttp with orjson, chosen by measurement (bench/README.md). A filter call, and the bind call
+of a pod bound alone (its one Binding awaited, not a thread held), are answered on the event
+loop when the service can answer them without waiting (``filter_now``, ``bind_now``: its lock
+is free, no recovery due, no gang to hold at the gate): no thread hop per call (issue 21 item 5,
+measured by bench/lonepath.py). Every other call is decoded and run on worker threads, so a verb
+waiting for the service lock (held by a gRPC PlanGang or a relist) or a large prioritize never
+keeps /healthz, /readyz or /metrics waiting (issue 11 item 6; measured in
 tests/fuzz/test_http_loop.py). filter, prioritize and preempt share ``VERB_WORKERS`` threads
 (they take one lock in the service: more threads would only queue on it); a bind call may be
 held for minutes at the gang gate, so it runs on a pool sized to the held-bind cap whose idle
@@ -51,7 +54,7 @@ from extender.adapters.answers import gang_view_json
 from extender.adapters.echo import clip, shown
 from extender.adapters.http import wire
 from extender.adapters.http.handler import ExtenderHandler, PodTranslator
-from extender.adapters.http.verbs import VERBS
+from extender.adapters.http.verbs import NOW, VERBS
 from extender.adapters.http.workers import IdleExitPool
 from extender.core.errors import BadRequest, Overloaded, RailyardError
 from extender.settings import ServerSettings, listen_address
@@ -157,9 +160,11 @@ class ExtenderServer:
     def __init__(self, handler: ExtenderHandler, observer: ServerObserver, translate: PodTranslator, *,
                  settings: ServerSettings = ServerSettings(),
                  ready_checks: Mapping[str, Callable[[], bool]] | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Listens on ``settings.listen`` (port 0: any free port) under ``settings.prefix``,
-        within the caps ``max_body_bytes``, ``max_in_flight`` and ``max_held_binds``."""
+        within the caps ``max_body_bytes``, ``max_in_flight`` and ``max_held_binds``. ``loop``:
+        an event loop already running on a thread of its own to serve on (the Binding client's:
+        a lone pod's Binding is then awaited with no hop at all), else a loop of its own."""
         self.handler = handler
         self.observer = observer
         self.translate = translate
@@ -173,6 +178,7 @@ class ExtenderServer:
         self._warned: dict[tuple[str, str], tuple[float, int]] = {}
         self._binds = IdleExitPool(settings.max_held_binds, "bind")  # a burst's threads leave after it
         self._verbs = ThreadPoolExecutor(max_workers=VERB_WORKERS, thread_name_prefix="verb")
+        self._shared = loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -191,6 +197,14 @@ class ExtenderServer:
 
     def start(self) -> tuple[str, int]:
         """Bind and serve on a background thread; returns the bound (host, port)."""
+        if self._shared is not None:
+            self._loop = self._shared
+            try:
+                asyncio.run_coroutine_threadsafe(self._start_site(), self._shared).result()
+            except Exception as exc:
+                raise OSError(f"cannot listen on {self._host}:{self._port}: {exc}") from exc
+            assert self.address is not None
+            return self.address
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -234,7 +248,12 @@ class ExtenderServer:
         self.address = tuple(self._runner.addresses[0][:2])  # the port actually bound when port=0
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
+        if self._shared is not None and self._runner is not None:  # the loop is its owner's to stop
+            try:  # as the join below: calls still held after 10 s end with the loop
+                asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._shared).result(timeout=10)
+            except TimeoutError:
+                log.warning("HTTP server stopped with calls still in progress")
+        elif self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         self._binds.shutdown(wait=False, cancel_futures=True)
@@ -265,8 +284,12 @@ class ExtenderServer:
                 c.in_flight += 1
             counted = True
             raw = await self._read_body(request)
-            reply = await asyncio.get_running_loop().run_in_executor(
-                self._binds if held else self._verbs, self._run, call, raw, request.headers.get("Content-Encoding", ""))
+            encoding = request.headers.get("Content-Encoding", "")
+            now = NOW.get(verb)
+            reply = await self._run(now, raw, encoding) if now is not None else None
+            if reply is None:
+                reply = await asyncio.get_running_loop().run_in_executor(
+                    self._binds if held else self._verbs, self._run, call, raw, encoding)
             status, outcome = 200, "ok"
         except BadRequest as exc:
             status, outcome, reply = 400, "bad_request", _error_reply(verb, f"bad {verb} request: {exc}")
@@ -321,7 +344,7 @@ class ExtenderServer:
             raise BadRequest("connection closed before the body ended") from None
 
     def _run(self, call: Callable[..., Any], raw: bytes, encoding: str) -> Any:
-        """On a worker thread: the body decoded, then the verb."""
+        """The body decoded, then the verb (on a worker thread; a ``NOW`` verb on the loop)."""
         raw = _decoded(raw, encoding, self.limits.max_body_bytes)
         try:
             body = orjson.loads(raw)

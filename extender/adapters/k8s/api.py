@@ -80,8 +80,9 @@ class AsyncApi:
         self._base = configuration.host.rstrip("/")
         self._ssl: ssl.SSLContext | bool = tls_context(configuration) if self._base.startswith("https:") else False
         self._server_name = getattr(configuration, "tls_server_name", None) or None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="k8s-writes", daemon=True)
+        self.loop = asyncio.new_event_loop()
+        """The loop the pool lives on: its coroutines run there."""
+        self._thread = threading.Thread(target=self.loop.run_forever, name="k8s-writes", daemon=True)
         self._thread.start()
         self._session: aiohttp.ClientSession = self.run(self._open(pool))
 
@@ -91,7 +92,10 @@ class AsyncApi:
                                      trust_env=False, skip_auto_headers=("User-Agent",))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        if threading.current_thread() is self._thread:  # it would wait for itself forever
+            coro.close()
+            raise RuntimeError("AsyncApi.run called on its own loop: await the coroutine instead")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def json(self, method: str, path: str, *, body: Any = None, timeout: float = 30,
                    content_type: str = "application/json") -> dict[str, Any]:
@@ -121,12 +125,12 @@ class AsyncApi:
             raise KubernetesError(f"{what}: the API server sent invalid JSON: {exc}") from None
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self.loop.is_closed():
             return
         self.run(self._session.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
-        self._loop.close()
+        self.loop.close()
 
 
 def tls_context(cfg: Configuration) -> ssl.SSLContext:

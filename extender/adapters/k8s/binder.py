@@ -5,7 +5,7 @@ ResourceClaim).
 
 ``bind_all`` creates a batch of Bindings at once over the async client (``api.AsyncApi``: one
 connection pool, one thread) and returns each one's error or None; ``bind`` is one of them,
-raising. ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError``
+raising; ``bind_async`` is one of them as a coroutine, for a caller on an event loop. ``delete_pod`` and ``evict`` are synchronous and raise ``errors.KubernetesError``
 subclasses (``evict`` returns a PodDisruptionBudget's refusal instead); the service decides
 what to retry. ``event`` never blocks: it drops repeats of the same
 (pod, reason) within ``event_interval`` seconds and hands the rest to one background thread
@@ -101,6 +101,13 @@ class KubeBinder:
         """Create every (pod, node) Binding concurrently: per Binding None (bound, or already
         bound to that node) or its error."""
         return self.writes.run(self._bind_all(bindings))
+
+    async def bind_async(self, pod: PodRef, node: str) -> KubernetesError | None:
+        """One Binding (``bind_all``'s), awaited on the caller's loop: run right there when it
+        is the pool's own loop, else handed to that loop (one hop each way, no thread held)."""
+        if asyncio.get_running_loop() is self.writes.loop:
+            return await self._bind(pod, node)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._bind(pod, node), self.writes.loop))
 
     def bind(self, pod: PodRef, node: str) -> None:
         """One Binding (``bind_all``), raising its error."""

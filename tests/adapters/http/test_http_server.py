@@ -37,11 +37,32 @@ class GateHandler:
         self.arrived = threading.Semaphore(0)
         self.is_ready = False
         self.bind_error: Exception | None = None
+        self.busy = False
+        """filter_now answers None (the service lock held elsewhere): filter runs on a thread."""
+        self.alone = False
+        """bind_now answers with a coroutine (a pod bound alone) instead of None."""
+        self.threads: list[str] = []
+        """The thread each filter verdict, or bind of a pod alone, was made on."""
 
     def filter(self, pod, node_names):
+        self.threads.append(threading.current_thread().name)
         if pod.name == "explode":
             raise KeyError("spec")
         return FilterVerdict(node_names=tuple(node_names))
+
+    def bind_now(self, namespace, name, uid, node):
+        """A pod of no gang (``alone``): its Binding awaited on the loop; else held on a thread."""
+        if not self.alone:
+            return None
+        self.threads.append(threading.current_thread().name)
+
+        async def binding():
+            if self.bind_error:
+                raise self.bind_error
+        return binding()
+
+    def filter_now(self, pod, node_names):
+        return None if self.busy else self.filter(pod, node_names)
 
     def prioritize(self, pod, node_names):
         return [(n, 5) for n in node_names]
@@ -111,6 +132,26 @@ def test_filter_and_prioritize(served):
     assert reply["NodeNames"] == ["gpu-001", "gpu-002", "gpu-003"] and reply["Error"] == ""
     status, reply = post(server, "prioritize", FILTER_ARGS)
     assert (status, reply[0]) == (200, {"Host": "gpu-001", "Score": 5})
+
+
+def test_filter_is_answered_on_the_loop_unless_the_handler_would_wait(served, handler):
+    server, metrics = served
+    assert post(server, "filter", FILTER_ARGS)[1]["NodeNames"] == ["gpu-001", "gpu-002", "gpu-003"]
+    handler.busy = True
+    assert post(server, "filter", FILTER_ARGS)[1]["NodeNames"] == ["gpu-001", "gpu-002", "gpu-003"]
+    assert handler.threads == ["http", "verb_0"]  # then a worker, the loop never waiting
+    assert metrics.registry.get_sample_value("railyard_verb_duration_seconds_count", {"verb": "filter", "outcome": "ok"}) == 2
+
+
+def test_a_pod_bound_alone_is_bound_on_the_loop_with_the_binding_error_in_the_reply(served, handler):
+    server, metrics = served
+    handler.alone = True
+    assert post(server, "bind", BIND_ARGS) == (200, {"Error": ""})
+    handler.bind_error = RailyardError("binding pod ml/llama-0 to gpu-002 failed: 409 conflict")
+    assert post(server, "bind", BIND_ARGS) == (200, {"Error": "binding pod ml/llama-0 to gpu-002 failed: 409 conflict"})
+    assert handler.threads == ["http", "http"]
+    assert handler.arrived.acquire(blocking=False) is False  # never went to the held path
+    assert metrics.registry.get_sample_value("railyard_verb_duration_seconds_count", {"verb": "bind", "outcome": "error"}) == 1
 
 
 def test_five_thousand_names_pass_the_default_limit(handler):
