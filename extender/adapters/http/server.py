@@ -286,7 +286,7 @@ class ExtenderServer:
             raw = await self._read_body(request)
             encoding = request.headers.get("Content-Encoding", "")
             now = NOW.get(verb)
-            reply = await self._run(now, raw, encoding) if now is not None else None
+            reply: Any = await self._run(now, raw, encoding) if now is not None else None
             if reply is None:
                 reply = await asyncio.get_running_loop().run_in_executor(
                     self._binds if held else self._verbs, self._run, call, raw, encoding)
