@@ -20,9 +20,11 @@ The algorithm, in one place:
 3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
    among the children of the domains chosen one level up, the largest until one holds the
    rest, then the best-fitting such one (``packing.fewest_domains``).
-   A sliced gang (``slices``) takes the first of those domains that holds every slice: each run
-   of S consecutive ranks inside one domain of the slice level, the fewest such domains (and
-   above them) counted in whole slices, a domain filled before the next opens.
+   A sliced gang (``slices``) takes, among that level's domains that hold every slice, the one
+   whose slices span the fewest domains of each level below it, widest first, then the fewest
+   nodes (then the best fit as above), so it is never spread wider than Kueue would spread it:
+   each run of S consecutive ranks inside one domain of the slice level, the fewest such domains
+   (and above them) counted in whole slices, a domain filled before the next opens.
    Exclusive slices (a JobSet's Jobs) are the gang's parts instead, each in a slice-level
    domain no other slice takes.
    A gang of one class of partial-node members spanning nodes is then moved, inside the
@@ -214,18 +216,29 @@ def _plan(gang: GangSpec, view: View, limits: Constraints, fabric: Fabric | None
                                      -(pref[c[2].end] - pref[c[2].start]),
                                      whole[c[2].end] - whole[c[2].start], c[1]))
             candidates[: len(ties)] = ties
+        packed: list[tuple[tuple[int, ...], int, list[Taken]]] = []
         for _, _, dom in candidates:
             if rule is not None:
                 parts = pack(view, avail, dom, sliced, rule)
                 if isinstance(parts, list):
-                    return _home(_assign(gang, view, parts, classes, preferred, usable, rule), limits)
+                    packed.append((_spans(topo, fabric, lvl, parts), len(packed), parts))
             elif len(classes) == 1 or ffd(Left(view, avail), classes, dom.start, dom.end) is not None:
                 left = Left(view, avail)
                 taken = allocate(topo, left, dom, classes)
                 assert taken is not None, "domain was checked to hold the gang"
                 taken, rail_set = _rail_aligned(view, left, classes, taken, gang.rail_set, limits.within)
                 return _home(_assign(gang, view, [taken], classes, preferred, usable, rail_set=rail_set), limits)
+        if packed:  # sliced: the domain whose slices span the fewest domains below it, level by level
+            return _home(_assign(gang, view, min(packed)[2], classes, preferred, usable, rule), limits)
     return _no_placement(gang, view, avail, demand, bound, classes, usable, limits, rule, sliced, fabric)
+
+
+def _spans(topo: Topology, fabric: Fabric | None, lvl: int, parts: list[Taken]) -> tuple[int, ...]:
+    """How many domains of each level below ``lvl`` (the pool's own) the slices use, widest
+    first, nodes last."""
+    nodes = {i for taken in parts for i in taken}
+    below = [b for b in range(lvl + 1, topo.depth) if fabric is None or b in fabric.levels]
+    return (*(len({topo.node_domain[b][i] for i in nodes}) for b in below), len(nodes))
 
 
 def _best_of(view: View, gang: GangSpec, results: list[tuple[Fabric, PlanResult]]) -> PlanResult:

@@ -4,8 +4,8 @@ A gang may ask (``railyard.io/slice-size`` and ``railyard.io/slice-required-topo
 Kueue's ``podset-slice-*``) that its GPU members, in rank order, be cut into slices of S pods,
 each inside one domain of level L: a tensor-parallel group in one NVLink domain. The gang as
 a whole still lands at the narrowest level that holds it, inside its required level; the
-planner calls ``pack`` for each domain it considers, and the gang takes the first that holds
-every slice.
+planner calls ``pack`` for each domain of that level, and the gang takes the one whose slices
+span the fewest domains below it (each level in turn, then nodes), the best fit among equals.
 
 Inside that domain, slices of one shape use the fewest domains at every level down to L, in
 whole slices (``packing.fewest_domains``): the largest domains first until one holds the rest,

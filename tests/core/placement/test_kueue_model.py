@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from extender.core.model import GangSpec, Level, Member, NodeFacts
@@ -117,6 +117,10 @@ def used(assignment: dict[str, int], where: dict[str, tuple[str, str]]) -> tuple
 
 @settings(max_examples=400, deadline=None)
 @given(clusters(), st.integers(1, 4), st.integers(1, 4), st.sampled_from([1, 2]))
+# Both blocks hold the 3 rack slices of 3 in one rack; b2's rack fits exactly over 3 hosts,
+# b1's has 1 GPU over on 2 hosts, where Kueue (b1 before b2 by name) puts them.
+@example({("b1", "r1", "h0"): 4, ("b2", "r2", "h1"): 5, ("b1", "r1", "h2"): 0, ("b2", "r2", "h3"): 1,
+          ("b2", "r2", "h4"): 3, ("b1", "r1", "h5"): 6, ("b2", "r1", "h6"): 1, ("b1", "r1", "h7"): 0}, 3, 3, 1)
 def test_never_more_domains_than_kueue(hosts, size, slices, slice_depth):
     nodes = [NodeFacts(h, {"block": b, "rack": r}, 8, allocatable=(("pods", 110),)) for b, r, h in hosts]
     state = build(nodes, {h: 8 - n for (_, _, h), n in hosts.items()}, LEVELS)
