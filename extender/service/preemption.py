@@ -36,7 +36,7 @@ from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase
 from extender.core.gangs.preemption import Choice, Held, NoChoice, choose, without
 from extender.core.model import GangSpec, PodFacts
-from extender.core.placement.planner import home_domains, home_nodes
+from extender.core.placement.homes import home_domains, home_nodes
 from extender.core.verdicts import FilterVerdict
 from extender.service.context import Context
 

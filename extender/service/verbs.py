@@ -13,7 +13,7 @@ from extender.core.gangs.book import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.lone import best_fit_scores, filter_single, filter_unreadable, planned_scores, vet_victims
 from extender.core.model import PodFacts
-from extender.core.placement.planner import home_domains, home_nodes
+from extender.core.placement.homes import home_domains, home_nodes
 from extender.core.verdicts import FilterVerdict
 from extender.service.context import Context
 from extender.service.gate import PermitGate

@@ -201,7 +201,7 @@ PLACEMENTS = {"r1": ["a1", "a2", "a3"], "r2": ["c1", "c2", "c3"], "r3": ["d1", "
 
 def test_candidate_placements_are_answered_from_one_plan_and_never_count_as_refusals(monkeypatch):
     plans = []
-    real_plan = planner_module.plan  # the book plans through planner.plan_near
+    real_plan = planner_module.plan  # the book plans through homes.plan_near -> planner.plan
     monkeypatch.setattr(planner_module, "plan", lambda spec, *rest: plans.append(spec.key) or real_plan(spec, *rest))
     ext, binder, _ = extender(RACKS, groups=[podgroup(KUBERNETES, 2, required=LEAF)])
     pods = [member(KUBERNETES, i) for i in range(2)]

@@ -3,7 +3,7 @@ ResourceClaimTemplate, and a pod's ``spec.resourceClaims``.
 
 Field names are those of ``k8s.io/api/resource/v1/types.go`` at v0.37.2 (v1 flattened the
 devices and requests: ``devices[].attributes``, ``requests[].exactly`` / ``firstAvailable``).
-Shapes as kube-scheduler 1.37.2 writes them: /work/research/k8s-1.37.2-facts.md section A.
+Shapes as kube-scheduler 1.37.2 writes them, read back from its local control plane (tests/e2e/test_dra.py).
 
 CEL selectors of a DeviceClass are read when they are ``&&`` chains of ``==`` / ``!=`` between
 ``device.driver`` or ``device.attributes['<domain>'].<name>`` (also ``['<name>']``) and a string,

@@ -36,7 +36,8 @@ from extender.core import verdicts
 from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
-from extender.core.placement.planner import NoPlacement, Placement, named_slot, plan_near
+from extender.core.placement.homes import plan_near
+from extender.core.placement.planner import NoPlacement, Placement, named_slot
 from extender.core.cluster.topology import Domain, Topology
 from extender.core.ports import NullObserver, Observer
 from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, keep_bound

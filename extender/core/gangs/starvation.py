@@ -22,7 +22,8 @@ from typing import Any, Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.model import GangSpec
-from extender.core.placement.planner import Constraints, Placement, plan, plan_near
+from extender.core.placement.homes import plan_near
+from extender.core.placement.planner import Constraints, Placement, plan
 from extender.core.cluster.state import ClusterState, Reservation, View
 from extender.core.cluster.topology import Domain
 

@@ -7,5 +7,6 @@
     levels.py       the levels a gang's request names and where it may land, per pool of a
                     cluster with several fabrics.
     planner.py      whole-gang placement: the narrowest level, best fit, ranks in order.
+    homes.py        where a running gang's new round (replacements) is planned first.
     address.py      where each planned member sits: rank, slice, domain per level, rails.
 """

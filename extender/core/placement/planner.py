@@ -323,52 +323,6 @@ def domain_fits(gang: GangSpec, view: View) -> tuple[int, list[DomainFit]]:
     return bound, rows
 
 
-def plan_near(gang: GangSpec, view: View, refused: Collection[str], homes: Sequence[Domain]) -> PlanResult:
-    """Plan within the first of ``homes`` (nearest first) that holds the gang, or anywhere when
-    there are none; when none holds it, the last one's answer."""
-    result = plan(gang, view, Constraints(refused, homes[0] if homes else None))
-    for home in homes[1:]:
-        if isinstance(result, Placement):
-            break
-        result = plan(gang, view, Constraints(refused, home))
-    return result
-
-
-def home_domains(topo: Topology, gang: GangSpec, running: Sequence[str]) -> list[Domain]:
-    """Where a new round of a running gang (replacements) may go, nearest first: the narrowest
-    domain holding every running member, then each wider one up to the gang's required level
-    (never past it). Empty: nothing runs, or the running members share no domain."""
-    idx = [topo.index[n] for n in running if n in topo.index]
-    if not idx:
-        return []
-    bound = topo.level_index(gang.required, topo.fabric_at(idx[0])) if gang.required else None
-    lvl = topo.common_level(idx)
-    if bound is not None and lvl < bound:
-        return []  # the running members already break the required level: nothing to keep
-    if lvl < 0:
-        return []
-    out = []
-    d = topo.node_domain[lvl][idx[0]]
-    while lvl >= (bound if bound is not None else 0):
-        out.append(topo.domain(lvl, d))
-        if lvl == 0:
-            break
-        d, lvl = topo.parent[lvl][d], lvl - 1
-    return out
-
-
-def home_nodes(gang: GangSpec, running: Sequence[tuple[str, str]]) -> list[str]:
-    """The nodes a round beside running members ((member, node) each) stays near: for a sliced
-    gang whose new members all take one slice (``GangSpec.ranks``), that slice's running members'
-    nodes, so a replacement lands in its slice's domain when it fits; else every running one's."""
-    nodes = [node for _, node in running if node]
-    rank, size = dict(gang.ranks), gang.gang_slice_size
-    mine = {rank[m.key] // size for m in gang.members if m.key in rank} if size else set()
-    if len(mine) != 1:
-        return nodes
-    return [node for key, node in running if node and key in rank and rank[key] // size in mine] or nodes
-
-
 def named_slot(placement: Placement | None, placeholder: str, member: str) -> Placement | None:
     """The placement with a member created after planning named in the slot it took, in the
     same place (so the same rank)."""
@@ -606,4 +560,4 @@ def _blockers(view: View, classes: list[PodClass], span: range, usable: Sequence
 
 
 __all__ = ["UNBOUNDED", "Blockers", "Constraints", "DomainFit", "NoPlacement", "Placement", "PlanResult",
-           "domain_fits", "home_domains", "home_nodes", "plan"]
+           "domain_fits", "named_slot", "plan"]

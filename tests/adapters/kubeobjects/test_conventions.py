@@ -134,7 +134,7 @@ spec:
 """)
 
 # What the 1.37.2 API server accepted and kube-scheduler gang-scheduled
-# (/work/research/k8s-1.37.2-facts.md D1: podgroup.json, pods-pg1.json).
+# (objects read back from the local 1.37.2 control plane).
 KUBERNETES_PODGROUP = {
     "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "pg1", "namespace": "default"},
     "spec": {"workloadRef": {"workloadName": "job1", "templateName": "workers"},

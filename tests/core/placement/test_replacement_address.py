@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from extender.core.gangs import gangspec
 from extender.core.model import MIN_MEMBER, SLICE_LEVEL, SLICE_SIZE, Declaration, GangRef, PodFacts
-from extender.core.placement.planner import home_nodes
+from extender.core.placement.homes import home_nodes
 
 DECLARED = (Declaration(MIN_MEMBER, "m", "6", 0), Declaration(SLICE_SIZE, "s", "2", 0),
             Declaration(SLICE_LEVEL, "l", "nvlink", 0))
