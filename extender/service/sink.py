@@ -129,9 +129,18 @@ class CacheSink:
                 ctx.rounds.clear()
                 for pod in pods:
                     ctx.rounds.changed(pod, ctx.clock())
-                ctx.state.drop_bound_slots_except({p.key for p in pods})
+                listed = {p.key for p in pods}
+                ctx.state.drop_bound_slots_except(listed)
                 self.preemption.relisted({p.uid or p.key for p in pods})
                 ctx.arrivals.prune(ctx.pods.has_pending)
+                # A member deleted while the watch was down sent no delete event: the relist
+                # is the only news of it. Its gang is planned again now, as pod_deleted would,
+                # not held for the missing member until its deadline. (Keyed by name: a pod
+                # recreated under the same name meanwhile is not seen as lost.)
+                lost = [(rec.key, gone[0]) for rec in ctx.book.records()
+                        if (gone := [m for m in rec.members if m not in listed])]
+                if [gang for gang, member in lost if ctx.book.member_deleted(gang, member)]:
+                    ctx.changed()
             elif kind in DRA_KINDS:
                 dra = [o for o in objects if isinstance(o, (DeviceClassFacts, SliceFacts, ClaimFacts, ClaimTemplateFacts))]
                 self._dra_changed(ctx.devices.relisted(DRA_KINDS[kind], dra))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from extender import topotext
 from extender.core.gangs.recovery import Complete, Rounds, Undo, decide
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import (
@@ -28,7 +29,6 @@ def restarted(drawing=TWO_RACKS, pods=(), grace=10.0):
     """A fresh extender (a restart, or the new leader's) whose first lists show these pods."""
     binder, clock = MemoryBinder(), Clock()
     ext = Extender(Settings(gangs=GangSettings(recovery_grace_seconds=grace, settle_seconds=0)), binder, clock=clock)
-    from extender import topotext
     spec = topotext.load(drawing)
     ext.relisted("nodes", spec.nodes)
     ext.relisted("pods", [*spec.filler_pods(), *pods])
@@ -140,7 +140,6 @@ def cordon(node):
 
 
 def node_object(ext, name):
-    from extender import topotext
     return next(n for n in topotext.load(TWO_RACKS).nodes if n["metadata"]["name"] == name)
 
 
@@ -159,6 +158,28 @@ def test_a_planned_node_cordoned_while_the_gang_waits_releases_it_at_once():
     assert ("GangReplanned", str(errors["g-0"])) in binder.events
     # Planned again at once, without the cordoned node.
     assert ext.filter(pods[1], NODES).node_names[0] != plan["ml/g-1"]
+
+
+def test_a_member_deleted_while_the_watch_was_down_releases_the_gang_at_the_relist():
+    """The pods' watch broke; a member was deleted before it came back. The relist does not
+    show it: its gang is planned again at once, as if the delete event had come, not held for
+    the missing member until its deadline."""
+    ext, binder, clock = extender()
+    pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "90"})
+    plan = steer(ext, pods)
+    errors = {}
+    t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
+    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
+    ext.relisted("pods", [*topotext.load(TWO_RACKS).filler_pods(), pods[0]])  # g-1 is gone
+    t.join(5)  # answered at once, not at the 90 s deadline
+    assert not t.is_alive()
+    assert str(errors["g-0"]) == "member ml/g-1 was deleted while gang ml/g waited; planning again"
+    assert ext.ctx.state.reservations() == {} and binder.bound == []
+    # A relist that shows every member changes nothing.
+    again = gang("h", 2, 8)
+    plan_h = steer(ext, again)
+    ext.relisted("pods", [*topotext.load(TWO_RACKS).filler_pods(), pods[0], *again])
+    assert [(g.phase, dict(g.plan)) for g in ext.debug_gangs() if g.gang == "ml/h"] == [("planned", plan_h)]
 
 
 def test_a_taint_the_members_do_not_tolerate_releases_the_gang_one_they_tolerate_does_not():
