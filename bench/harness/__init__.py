@@ -5,7 +5,7 @@ Modules, in the order a run uses them::
     scenario   a scenario data file (bench/scenarios/NAME.yaml) -> Scenario (topology + workload)
     workload   seeded stream of jobs (gangs and single pods) with arrival times and runtimes
     arms       A kube-scheduler alone, A100 the same scoring every node, B + railyard, C native
-               gang + topology (1.37.2), D (try)
+               gang + topology (the run's Kubernetes version), D Kueue TAS
     cpu        CPU seconds of each cluster process from /proc (issue 13)
     runner     one arm: cluster up, submit on schedule, watch bindings, scrape metrics, cluster down
     analysis   the numbers, from the observed bindings and node labels only (no railyard code)

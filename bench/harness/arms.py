@@ -15,7 +15,7 @@ annotations, inert without the extender), so the arms differ only in what the is
   feasible nodes, as in A), gang members its profile ``railyard`` (every node, as in A100);
 - B100: B with the single pods on the default profile too (every feasible node scored), so
   A100 -> B100 is the extender's cost at equal scoring, as A -> B is;
-- C: kube-scheduler 1.37.2 with native gang scheduling and topology-aware workload scheduling
+- C: kube-scheduler (the run's version) with native gang scheduling and topology-aware workload scheduling
   (feature gates ``GenericWorkload`` + ``TopologyAwareWorkloadScheduling``, API
   ``scheduling.k8s.io/v1beta1``): a Workload and a PodGroup per gang (``gang.minCount`` = pods,
   ``schedulingConstraints.topology[0].key`` = the required level; KEP-5732 has no preferred
@@ -111,7 +111,7 @@ ARMS = {
              extender=True, single_scheduler_name=SAMPLED_PROFILE),
     "B100": Arm("B100", "kube-scheduler + railyard, single pods scoring every node too", extender=True),
     # C keeps the generated configuration (percentageOfNodesToScore: 100), as in every run so far.
-    "C": Arm("C", "kube-scheduler 1.37.2 native gang + topology-aware workload scheduling",
+    "C": Arm("C", "kube-scheduler native gang + topology-aware workload scheduling",
              native=True, feature_gates=NATIVE_GATES, runtime_config=NATIVE_RUNTIME_CONFIG),
     "D": Arm("D", "Kueue v0.17.0 TAS admits, kube-scheduler places (default configuration)",
              percentage_of_nodes_to_score=None, kueue=True, gang_scheduler_name=None),

@@ -285,6 +285,8 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
            f"(`{doc['topology']['spec']}`)",
            f"- workload: {doc['workload']['jobs']} jobs, {doc['workload']['pods']} pods "
            f"({doc['workload']['gangs']} gangs), seed {doc['seed']}", f"- wall time: {doc['wall_s']:.0f} s"]
+    if doc.get("kubernetes"):
+        out.append(f"- kubernetes: {doc['kubernetes']}")
     git = doc.get("git") or {}
     if git.get("commit"):
         out.append(f"- commit: `{git['commit']}`" + (" (work tree dirty: " + ", ".join(git.get("changed") or []) + ")"

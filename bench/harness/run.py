@@ -20,7 +20,7 @@ from extender.localcluster.errors import ClusterError
 
 NOTES = [
     "Each arm runs on its own fresh cluster of the same shape (etcd, kube-apiserver, kube-scheduler "
-    "v1.37.2, kwok v0.7.0 on 127.0.0.1), one after another; the same seeded job stream is submitted to each. "
+    "at the version on the `kubernetes` line (v1.37.2 unless `--kubernetes-version`), kwok v0.7.0 on 127.0.0.1), one after another; the same seeded job stream is submitted to each. "
     "With several runs the arms are interleaved (run 1's arms, then run 2's, ...) and every number shown "
     "is the median over the runs.",
     "Pods are created by this Python harness from 16 threads; for burst workloads the creation rate "
@@ -215,6 +215,9 @@ def rereport(out: Path) -> int:
             result = runner.load(arm_dir, name)
             results[name], series[name] = analysis.analyse(result, jobs, nodes, scn.workload)
         runs.append({**run, "arms": results, "series": series})
+    # Titles as the harness words them now (an old one may name a version the run did not use).
+    titles = saved["meta"]["arm_titles"]
+    saved["meta"]["arm_titles"] = {a: arms_mod.ARMS[a].title if a in arms_mod.ARMS else t for a, t in titles.items()}
     doc = report.write(out, saved["meta"], runs)
     print(report.table(doc), file=sys.stderr)
     return 0
