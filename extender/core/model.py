@@ -223,8 +223,12 @@ PREFERRED_WAIT = "preferred_wait"
 """Seconds the gang waits for its preferred level before it accepts a wider domain."""
 EXCLUSIVE_DOMAIN = "exclusive_domain"
 """The level at which every domain the gang uses is the gang's alone."""
+RANK_LAYOUT = "rank_layout"
+"""How a workload numbers its pods (Job, index in the Job): ``((Jobs, pods per Job), ...)`` in
+global Job index order (a JobSet's replicatedJobs), so each pod's place in the gang is known
+before the pods before it exist (``packing.position``)."""
 ROLES = (MIN_MEMBER, TIMEOUT, REQUIRED, PREFERRED, SLICE_SIZE, SLICE_LEVEL, LEAD_SIZE, PREFERRED_WAIT, EXCLUSIVE,
-         EXCLUSIVE_DOMAIN)
+         EXCLUSIVE_DOMAIN, RANK_LAYOUT)
 
 
 @dataclass(frozen=True)
@@ -469,6 +473,9 @@ class GangSpec:
     exclusive_domain: str | None = None
     """Level key or name: every domain of it that holds a member holds no other GPU pod, from
     the gang's plan until its last pod ends (``EXCLUSIVE_DOMAIN``); None: it shares domains."""
+    rank_layout: tuple[tuple[int, int], ...] = ()
+    """``RANK_LAYOUT``: places a (Job, index in the Job) rank in the gang; empty: only one-part
+    ranks have a place (``packing.position``)."""
 
     def demand(self) -> tuple[int, ...]:
         """GPUs per slot the gang needs, largest first, padded to min_member."""

@@ -75,8 +75,11 @@ def test_a_group_binds_its_leader_first_and_its_workers_into_their_reserved_slot
     assert {DOMAINS[n] for n in nodes.values()} == {"nvl1"}, nodes  # planned whole, the best fit
     leader_bound = next(c.last_transition_time for c in pods["serve-0"].status.conditions if c.type == "PodScheduled")
     assert all(pods[w].metadata.creation_timestamp >= leader_bound for w in ("serve-0-1", "serve-0-2"))
-    ranks = sorted(int(p.metadata.annotations["railyard.io/rank"]) for p in pods.values())
-    assert ranks == [0, 1, 2]  # every member told its address, the workers too
+    # Every member told its address, the workers too, created after the plan: each its own
+    # worker index as its rank.
+    ranks = {name: (p.metadata.annotations["railyard.io/rank"],
+                    p.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]) for name, p in pods.items()}
+    assert ranks == {"serve-0": ("0", "0"), "serve-0-1": ("1", "1"), "serve-0-2": ("2", "2")}, ranks
     gangs = cluster.extender_gangs()
     (gang,) = [g for key, g in gangs.items() if key.startswith(f"{ns}/")]
     assert gang["phase"] == "bound", gang

@@ -4,10 +4,16 @@ an in-memory Binder."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from extender.adapters.kubeobjects import binding_annotations
 from extender.core.model import Place
 from extender.service.answers import Slices
-from tests.service.test_live import bind_async, create, extender, wait_until
+from extender import topotext
+from extender.adapters.kubeobjects.workloads import JOBSETS
+from tests.adapters.kubeobjects.test_workloads import jobset, jobset_pods, rjob
+from tests.service.test_live import SETTINGS, Clock, Extender, MemoryBinder, bind_async, create, extender, wait_until
 from tests.topologies import gang
 
 # NVLink domain n1 has 2 free nodes, n2 has 3: 4 pods in slices of 2 take n1 whole and 2 of n2.
@@ -120,3 +126,47 @@ def test_explain_a_sliced_gang_that_cannot_be_placed_counts_whole_slices():
     assert got.slices == Slices(size=4, level="network.topology.nvidia.com/accelerator", count=1)
     assert got.ranks == ()
     assert [(f.fits, f.slices) for f in got.fit] == [(4, 0)]
+
+
+@settings(max_examples=30)
+@given(order=st.permutations(range(5)), first=st.integers(1, 4))
+def test_members_created_in_any_order_are_told_their_completion_index_in_fabric_order(order, first):
+    """A Job's controller creates its pods in no set order and railyard plans the gang at the
+    first one's filter. Whatever the order, the pod with completion index i is told rank i and
+    sits on the i-th free node in the fabric's order (the drawing's: h1 h2 | h4 h5 h6), so its
+    launcher's rank (the index) follows the fabric."""
+    ext, _, _ = extender(DRAWING)
+    pods = members({"railyard.io/min-member": "5"}, count=5)
+    created = [pods[i] for i in order]
+    plan = steer(ext, created[:first])
+    plan.update(steer(ext, created[first:]))
+    free = ["h1", "h2", "h4", "h5", "h6"]
+    assert plan == {f"ml/g-{i}": free[i] for i in range(5)}
+    (gang_view,) = ext.debug_gangs()
+    assert [(r.rank, r.pod, r.node) for r in gang_view.ranks] == [(i, f"ml/g-{i}", free[i]) for i in range(5)]
+
+
+def test_a_jobsets_pods_created_in_any_order_are_told_their_place_in_global_index_order():
+    """A JobSet's size and its Jobs' sizes come from the JobSet object; the workers' pods come
+    first here, the leader's last (JobSet creates its Jobs in no order railyard may rely on):
+    each pod is told the rank of its (global Job index, completion index) all the same."""
+    drawing = "block b1\n  rack r1\n    nvl n1: a1 a2 a3\n    nvl n2: b1 b2 b3\n"
+    binder, clock = MemoryBinder(), Clock()
+    ext = Extender(SETTINGS, binder, clock=clock, kinds=("nodes", "pods", "podgroups", JOBSETS))
+    ext.relisted("nodes", topotext.load(drawing).nodes)
+    ext.relisted("pods", [])
+    ext.relisted("podgroups", [])
+    ext.relisted(JOBSETS, [jobset("train", [rjob("leader", 1, 2), rjob("workers", 2, 2)])])
+    pods = jobset_pods("train", [("leader", 1, 2), ("workers", 2, 2)])  # global index order
+    for p in pods:
+        p["metadata"]["uid"] = f"uid-{p['metadata']['name']}"
+    nodes = ["a1", "a2", "a3", "b1", "b2", "b3"]
+    created = [pods[5], pods[2], pods[4], pods[0], pods[3], pods[1]]
+    plan = {}
+    for p in created:
+        ext.pod_upserted(p)
+        plan[p["metadata"]["name"]] = ext.filter(p, nodes).node_names
+    assert plan == {p["metadata"]["name"]: (node,) for p, node in zip(pods, nodes)}
+    (gang_view,) = ext.debug_gangs()
+    assert [(r.rank, r.pod) for r in gang_view.ranks] == [(i, f"ml/{p['metadata']['name']}")
+                                                          for i, p in enumerate(pods)]

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from extender.adapters.echo import shown
 from extender.adapters.kubeobjects.fields import GROUP, OTHER, annotations_of, dict_at, list_at, str_at
-from extender.core.model import EXCLUSIVE, LEAD_SIZE, MIN_MEMBER, Declaration, GangRef
+from extender.core.model import EXCLUSIVE, LEAD_SIZE, MIN_MEMBER, RANK_LAYOUT, Declaration, GangRef
 
 JOBSETS, LEADERWORKERSETS, JOBS = "jobsets", "leaderworkersets", "jobs"
 """Cache kinds of the workload objects read as group objects."""
@@ -189,6 +189,10 @@ def jobset_group(where: str, obj: Mapping[str, Any]) -> tuple[list[Declaration],
     if jobs:
         declared.append(Declaration(MIN_MEMBER, f"{where} spec.replicatedJobs ({' + '.join(terms)} pods)", total,
                                     GROUP))
+        # job-global-index counts the Jobs of every replicatedJob in spec order (jobset@v0.12.0
+        # pkg/controllers/jobset_controller.go globalJobIndex): a pod's place in the gang.
+        declared.append(Declaration(RANK_LAYOUT, f"{where} spec.replicatedJobs (Jobs x pods per Job, in order)",
+                                    tuple((replicas, pods) for _, replicas, pods, _ in shapes), GROUP))
     if leads:
         declared.append(Declaration(LEAD_SIZE, f"{where} exclusive-topology ({leads} Jobs' completion-index-0 pods "
                                                f"are scheduled before their followers exist)", leads, GROUP))

@@ -383,13 +383,15 @@ class ClusterState:
             self._by_free.setdefault(self._free[i], set()).add(i)
 
 
-def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int | None = None) -> str | None:
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int | None = None,
+               prefer: str | None = None) -> str | None:
     """Give a member created after planning one of the slots reserved for missing members (of
-    its part, when the slot is an exclusive slice's); the placeholder name it took, or None."""
+    its part, when the slot is an exclusive slice's), ``prefer`` first when it is one; the
+    placeholder name it took, or None."""
     res = state.reservation(gang)
     if res is None:
         return None
-    for slot in res.slots:
+    for slot in sorted(res.slots, key=lambda s: s.member != prefer):
         if slot.member.startswith(f"{gang}#") and slot.gpus == gpus and slot.part in (None, part):
             state.rename_slot(gang, slot.member, member)
             return slot.member

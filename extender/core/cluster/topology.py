@@ -253,6 +253,21 @@ class Topology:
         return problems
 
 
+def another_placement(topo: Topology, names: Sequence[str], planned: str) -> bool:
+    """The nodes offered all share one value of some level's label, and the planned node has
+    another: a candidate placement of kube-scheduler's pod-group cycle (by label value, as its
+    TopologyPlacement plugin groups nodes), not the planned node's domain."""
+    at = topo.index.get(planned)
+    offered = [topo.index[n] for n in names if n in topo.index]
+    if at is None or not offered:
+        return False
+    for lvl in range(topo.depth):
+        values = {topo.node_paths[i][lvl] for i in offered}
+        if len(values) == 1 and None not in values and topo.node_paths[at][lvl] not in values:
+            return True
+    return False
+
+
 def _display_path(path: tuple[str | None, ...], lvl: int) -> tuple[str | None, ...]:
     out: list[str | None] = []
     missing = False

@@ -36,9 +36,10 @@ from extender.core import verdicts
 from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
+from extender.core.placement.address import kept_seat
 from extender.core.placement.homes import plan_near
 from extender.core.placement.planner import NoPlacement, Placement, named_slot
-from extender.core.cluster.topology import Domain, Topology
+from extender.core.cluster.topology import Domain, another_placement
 from extender.core.ports import NullObserver, Observer
 from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, keep_bound
 from extender.core.verdicts import FilterVerdict
@@ -305,7 +306,8 @@ class GangBook:
             return FilterVerdict((), {}, failed) if rec.phase == Phase.REJECTED else FilterVerdict((), failed)
         slot = self.state.slot_of(pod.key)
         if slot is None:
-            placeholder = claim_slot(self.state, rec.key, pod.key, pod.gpus, pod.part)
+            placeholder = claim_slot(self.state, rec.key, pod.key, pod.gpus, pod.part,
+                                     prefer=kept_seat(rec.placement, rec.spec, pod.rank))
             slot = self.state.slot_of(pod.key) if placeholder is not None else None
             if placeholder is not None:
                 # A member created after planning is a member all the same: deleting it must
@@ -570,21 +572,6 @@ class GangBook:
     def _report(self) -> None:
         res = self.state.reservations()
         self.observer.reservations(len(res), sum(r.gpus for r in res.values()))
-
-
-def another_placement(topo: Topology, names: Sequence[str], planned: str) -> bool:
-    """The nodes offered all share one value of some level's label, and the planned node has
-    another: a candidate placement of kube-scheduler's pod-group cycle (by label value, as its
-    TopologyPlacement plugin groups nodes), not the planned node's domain."""
-    at = topo.index.get(planned)
-    offered = [topo.index[n] for n in names if n in topo.index]
-    if at is None or not offered:
-        return False
-    for lvl in range(topo.depth):
-        values = {topo.node_paths[i][lvl] for i in offered}
-        if len(values) == 1 and None not in values and topo.node_paths[at][lvl] not in values:
-            return True
-    return False
 
 
 def _unusable(node: NodeFacts, spec: GangSpec | None) -> str | None:

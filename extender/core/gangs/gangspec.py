@@ -17,6 +17,7 @@ from extender.core.placement.address import whole_ranks
 from extender.core.model import (
     EXCLUSIVE,
     EXCLUSIVE_DOMAIN,
+    RANK_LAYOUT,
     LEAD_SIZE,
     MIN_MEMBER,
     PREFERRED,
@@ -114,6 +115,7 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
         preferred_wait_seconds=wait,
         preferred_wait_capped_from=wait_capped_from,
         exclusive_domain=str(own.value).strip() if (own := chosen(EXCLUSIVE_DOMAIN)) else None,
+        rank_layout=_layout(chosen(RANK_LAYOUT), problems),
     )
     exclusive = chosen(EXCLUSIVE)
     if exclusive is not None:
@@ -130,6 +132,19 @@ def build(key: str, pods: Sequence[PodFacts], group: GroupFacts | None, default_
                                          members, min_member),
                        rail_set=rail_set_of(running))
     return spec
+
+
+def _layout(found: Declaration | None, problems: list[str]) -> tuple[tuple[int, int], ...]:
+    """``RANK_LAYOUT``'s (Jobs, pods per Job) pairs, each count within the largest gang."""
+    if found is None:
+        return ()
+    value = found.value
+    if isinstance(value, tuple) and len(value) <= MAX_MIN_MEMBER and all(
+            isinstance(p, tuple) and len(p) == 2 and all(type(n) is int and 0 <= n <= MAX_MIN_MEMBER for n in p)
+            for p in value):
+        return value
+    problems.append(f"{found.source}: not a list of (Jobs, pods per Job) pairs up to {MAX_MIN_MEMBER}")
+    return ()
 
 
 def _sliced(spec: GangSpec, size: Declaration | None, level: Declaration | None, problems: list[str]) -> GangSpec:

@@ -2,11 +2,14 @@
 the rails planned for its GPUs when the gang is rail-aligned (``rails``).
 
 A pure function of the plan (the values, ``model.Address`` and ``model.Place``, are facts like
-any other). The rank is the member's place in the order the planner gave slots in (rank index
-labels, then name; members not created yet last), which it laid out depth-first, so
-consecutive ranks are neighbours in the fabric; the slice is rank // slice size. The gate
-writes it on each member with its Binding round (``model.BindingMark``) before any Binding; a
-training launcher reads it from the pod (``kubeobjects.notes`` names the annotations) to build
+any other). The rank is the member's place in the order the planner gave slots in, which it
+laid out depth-first, so consecutive ranks are neighbours in the fabric: by rank index labels,
+then name; while members are missing, each where its workload numbers it
+(``packing.position``, ``packing.seats``: a Job's completion index, a JobSet's (Job,
+completion index), a LeaderWorkerSet's worker index), so a member created after the plan is
+told its workload's rank too; the slice is rank // slice size. The gate writes it on each
+member with its Binding round (``model.BindingMark``) before any Binding; a training launcher
+reads it from the pod (``kubeobjects.notes`` names the annotations) to build
 its process groups: ranks that follow the fabric.
 
 A round of replacements for a running gang is planned on its own, beside the running members;
@@ -23,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from extender.core.model import OTHER_FABRIC, Address, GangSpec, Member, Place
-from extender.core.placement.packing import rank_order
+from extender.core.placement.packing import position, rank_order
 from extender.core.cluster.topology import Topology, format_path
 
 if TYPE_CHECKING:
@@ -62,6 +65,18 @@ def whole_ranks(running: Sequence[tuple[Member, int | None]], members: Sequence[
         return (*((m.key, r) for m, r in gpu_running if r is not None), *((m.key, r) for m, r in zip(new, free)))
     everyone = rank_order([m for m, _ in gpu_running] + new)
     return tuple((m.key, r) for r, m in enumerate(everyone))
+
+
+def kept_seat(placement: Placement | None, spec: GangSpec | None, rank: tuple[int, ...] | None) -> str | None:
+    """The slot ``packing.seats`` kept for a member created after the plan, at its workload's place
+    (its placeholder's name), while it is still free; None: it takes any free one."""
+    if placement is None or spec is None or spec.ranks or placement.slices is not None:
+        return None
+    p = position(rank, spec.rank_layout)
+    gpu = [s for s in placement.slots if s.gpus > 0]
+    if p is None or not 0 <= p < len(gpu) or not gpu[p].member.startswith(f"{placement.gang}#"):
+        return None
+    return gpu[p].member
 
 
 def domains(topo: Topology, node: str) -> tuple[Place, ...]:

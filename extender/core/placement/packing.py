@@ -8,6 +8,7 @@
 - ``allocate``: the slots of some classes inside one domain over the fewest domains at every
   level (``fewest_domains``); first-fit decreasing when that fails.
 - ``fits``: how many pods of the classes a domain holds, largest shapes first.
+- ``rank_order``, ``seats``: which member takes which of a plan's slots (its rank).
 
 ``Taken`` is what a plan takes: node index -> class index -> pods.
 """
@@ -53,6 +54,58 @@ def classes_of(gang: GangSpec) -> list[PodClass]:
 def rank_order(members: Sequence[Member]) -> list[Member]:
     """Members by rank index (those without one last), then by name: the order slots are given in."""
     return sorted(members, key=lambda m: (m.rank is None, m.rank or (), m.key))
+
+
+def position(rank: tuple[int, ...] | None, layout: tuple[tuple[int, int], ...] = ()) -> int | None:
+    """Where the workload's own numbering puts a member among its gang's GPU slots (depth-first),
+    whichever of its pods exist yet: a one-part rank (a Job's completion index, a
+    LeaderWorkerSet's worker index, Kueue's pod-group pod index) is its own place; a (Job, index
+    in the Job) rank comes after every pod of the Jobs before it (``layout``: (Jobs, pods per
+    Job) in Job order); any other rank has none."""
+    if rank is None:
+        return None
+    if len(rank) == 1:
+        return rank[0]
+    if len(rank) != 2 or not layout:
+        return None
+    job, index = rank
+    before = 0
+    for jobs, pods in layout:
+        if job < jobs:
+            return before + job * pods + index if index < pods else None
+        job -= jobs
+        before += jobs * pods
+    return None
+
+
+def seats(gang: GangSpec, members: list[Member], by_class: dict[int, list[int]]) -> list[Member | None] | None:
+    """While members of a one-class gang are missing: the member its workload numbers p
+    (``position``) in the p-th slot, depth-first, the others in the lowest free slots in
+    rank order, None for a slot kept for a member not created yet; so the rank railyard tells
+    each member, its place in the plan, is its workload's own, whatever order the controller
+    creates them in (``GangBook.steer`` seats a later one the same way). None: every
+    member exists (rank order, as always), or none has a place to keep, or the plan is a round
+    beside running members (their ranks: ``address.whole_ranks``)."""
+    if len(by_class) != 1 or gang.ranks:
+        return None
+    count = len(next(iter(by_class.values())))
+    if len(members) >= count:
+        return None
+    seated: list[Member | None] = [None] * count
+    rest = []
+    for m in members:
+        p = position(m.rank, gang.rank_layout)
+        if p is not None and 0 <= p < count and seated[p] is None:
+            seated[p] = m
+        else:
+            rest.append(m)
+    if len(rest) == len(members):
+        return None
+    free = iter([i for i, m in enumerate(seated) if m is None])
+    for m in rest:
+        seated[next(free)] = m
+    return seated
+
 
 
 def usable_nodes(view: View, refused: Collection[str], within: Domain | None) -> list[bool]:

@@ -61,6 +61,7 @@ from extender.core.placement.packing import (
     fits,
     kept_out,
     rank_order,
+    seats,
     usable_nodes,
 )
 from extender.core.placement.levels import exclusive_level, landing_levels, resolve_levels
@@ -404,10 +405,11 @@ def _rail_aligned(view: View, left: Left, classes: list[PodClass], taken: Taken,
 def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodClass],
             preferred: int | None, usable: Sequence[bool], rule: SliceRule | None = None,
             rail_set: tuple[str, ...] | None = None) -> PlanResult:
-    """Give slots to members: per class, by rank, in depth-first (node index) order; with
-    slices, part k (slice k's nodes) to slice k's members (``slices.runs``), and with exclusive
-    slices each slot of a member not created yet to that part, for its part's member to claim;
-    with a rail set, each GPU slot its rails (``rails.member_rails``)."""
+    """Give slots to members: per class, by rank, in depth-first (node index) order (while
+    members are missing, each at the place its workload numbers it: ``packing.seats``); with slices,
+    part k (slice k's nodes) to slice k's members (``slices.runs``), and with exclusive slices
+    each slot of a member not created yet to that part, for its part's member to claim; with a
+    rail set, each GPU slot its rails (``rails.member_rails``)."""
     topo = view.topology
     index = {(c.gpus, c.eligibility): k for k, c in enumerate(classes)}
     members = rank_order(gang.members)
@@ -420,6 +422,17 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
         for node in sorted(taken):
             for k, n in taken[node].items():
                 by_class.setdefault(k, []).extend([node] * n)
+        seated = seats(gang, by_slice[s], by_class) if rule is None else None
+        if seated is not None:
+            ((k, nodes),) = by_class.items()
+            for node, m in zip(nodes, seated):
+                if m is None:
+                    missing += 1
+                    slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
+                                             classes[k].eligibility.requests)))
+                else:
+                    slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+            continue
         for m in by_slice[s]:
             node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
             slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))

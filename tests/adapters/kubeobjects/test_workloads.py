@@ -106,6 +106,8 @@ def test_a_jobset_of_two_replicated_jobs_is_one_gang_sized_from_the_jobset():
     # 0 in the first Job of each: the old (job-index, index) rank collided).
     ranks = [f.rank for f in facts]
     assert len(set(ranks)) == 10 and (2, 0) in ranks and (2, 1) in ranks
+    # Where each rank goes among the 10, whichever pods exist yet: Jobs x pods per Job, in order.
+    assert spec.rank_layout == ((2, 4), (1, 2))
     assert origin(spec, facts[0].gang) == ("JobSet ml/train attempt 0: size 10 from JobSet ml/train "
                                            "spec.replicatedJobs (workers 2 x 4 + evaluator 1 x 2 pods)")
 
