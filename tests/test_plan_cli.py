@@ -45,6 +45,7 @@ def test_plan_prints_one_answer_per_gang(files):
         "domain": ["b1", "r1", "n1"], "placement": {"ml/a-0": "h1", "ml/a-1": "h2"},
         "reason": "gang ml/a: 2 pods, 16 GPUs on 2 nodes within network.topology.nvidia.com/accelerator b1/r1/n1",
         "slices": None, "ranks": [address(0, None, "ml/a-0", "h1", "b1/r1/n1"), address(1, None, "ml/a-1", "h2", "b1/r1/n1")],
+        "origin": "",  # no workload, no declared size: the members given
     }
     assert b["feasible"] is False and b["level"] is None and b["placement"] == {}
     assert b["reason"] == ("gang ml/b needs 3 pods x 8 GPUs; the cluster fits 2 "

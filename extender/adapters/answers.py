@@ -26,7 +26,8 @@ def plan_json(a: GangAnswer) -> dict[str, Any]:
     """One gang of ``railyard plan``'s output."""
     return {"gang": a.gang, "feasible": a.feasible, "level": a.level,
             "domain": list(a.domain) if a.domain is not None else None, "placement": dict(a.placement),
-            "reason": a.reason, "slices": slices_json(a.slices), "ranks": [address_json(r) for r in a.ranks]}
+            "reason": a.reason, "slices": slices_json(a.slices), "ranks": [address_json(r) for r in a.ranks],
+            "origin": a.origin}
 
 
 def gang_view_json(g: GangView) -> dict[str, Any]:

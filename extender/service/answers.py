@@ -43,6 +43,8 @@ class GangAnswer:
     ranks: tuple[Address, ...] = ()
     """The topology address of each placed member, in rank order."""
     slices: Slices | None = None
+    origin: str = ""
+    """The workload the gang came from and where its size was read (``whatif.origin``)."""
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from extender.service.context import Context
 from extender.settings import DEFAULT_GPU_RESOURCE, GangSettings
 
 
-def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str]) -> GangAnswer:
+def answer(state: ClusterState, result: Placement | NoPlacement, members: set[str], origin: str = "") -> GangAnswer:
     topo = state.topology
     if isinstance(result, NoPlacement):
-        return GangAnswer(result.gang, False, None, None, {}, verdicts.explain_no_placement(topo, result))
+        return GangAnswer(result.gang, False, None, None, {}, verdicts.explain_no_placement(topo, result),
+                          origin=origin)
     return GangAnswer(
         gang=result.gang,
         feasible=True,
@@ -40,6 +41,7 @@ def answer(state: ClusterState, result: Placement | NoPlacement, members: set[st
         reason=verdicts.explain_placement(topo, result),
         ranks=tuple(a for a in addresses(topo, result) if a.pod in members),
         slices=slices_of(topo, result),
+        origin=origin,
     )
 
 
@@ -120,7 +122,7 @@ class WhatIf:
             members = [p for p, _ in sized]
             spec = gangspec.build(key, members, gangspec.group_of(self.groups, members[0]), self.default_timeout)
             result = plan(spec, self.state.view())
-            answers.append(answer(self.state, result, {p.key for p in members}))
+            answers.append(answer(self.state, result, {p.key for p in members}, origin(spec, members[0].gang)))
             if isinstance(result, Placement):
                 self.state.reserve(Reservation(key, result.slots, math.inf))
         return answers
@@ -138,7 +140,8 @@ def plan_gangs(ctx: Context, pods: Sequence[PodFacts]) -> list[GangAnswer]:
         spec = gangspec.build(key, members, gangspec.group_of(ctx.groups, members[0]), gangs.default_timeout_seconds,
                               max_timeout=gangs.max_timeout_seconds, max_preferred_wait=gangs.max_preferred_wait_seconds)
         with own_reservation_returned(ctx.state, key):
-            answers.append(answer(ctx.state, plan(spec, ctx.state.view()), {p.key for p in members}))
+            answers.append(answer(ctx.state, plan(spec, ctx.state.view()), {p.key for p in members},
+                                  origin(spec, members[0].gang)))
     return answers
 
 

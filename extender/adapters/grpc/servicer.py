@@ -117,7 +117,8 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         pods = [self._pod(p, f"pods[{i}]") for i, p in enumerate(request.pods)]
         return pb.PlanGangResponse(gangs=[
             pb.GangPlan(gang=a.gang, feasible=a.feasible, level=a.level or "", domain=_path(a.domain),
-                        placement=dict(a.placement), reason=a.reason, ranks=_ranks(a.ranks), slices=_slices(a.slices))
+                        placement=dict(a.placement), reason=a.reason, ranks=_ranks(a.ranks), slices=_slices(a.slices),
+                        origin=a.origin)
             for a in self.handler.plan_gang(pods)])
 
     def ExplainPod(self, request: pb.ExplainPodRequest, context: grpc.ServicerContext) -> pb.ExplainPodResponse:

@@ -119,7 +119,7 @@ class PlanGangRequest(_message.Message):
     def __init__(self, pods: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GangPlan(_message.Message):
-    __slots__ = ("gang", "feasible", "level", "domain", "placement", "reason", "ranks", "slices")
+    __slots__ = ("gang", "feasible", "level", "domain", "placement", "reason", "ranks", "slices", "origin")
     class PlacementEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class GangPlan(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     SLICES_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     gang: str
     feasible: bool
     level: str
@@ -143,7 +144,8 @@ class GangPlan(_message.Message):
     reason: str
     ranks: _containers.RepeatedCompositeFieldContainer[MemberAddress]
     slices: Slices
-    def __init__(self, gang: _Optional[str] = ..., feasible: _Optional[bool] = ..., level: _Optional[str] = ..., domain: _Optional[_Iterable[str]] = ..., placement: _Optional[_Mapping[str, str]] = ..., reason: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ...) -> None: ...
+    origin: str
+    def __init__(self, gang: _Optional[str] = ..., feasible: _Optional[bool] = ..., level: _Optional[str] = ..., domain: _Optional[_Iterable[str]] = ..., placement: _Optional[_Mapping[str, str]] = ..., reason: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[MemberAddress, _Mapping]]] = ..., slices: _Optional[_Union[Slices, _Mapping]] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class Slices(_message.Message):
     __slots__ = ("size", "level", "count")

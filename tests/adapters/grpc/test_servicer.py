@@ -146,6 +146,10 @@ def test_plan_gang_answers_without_reserving(served):
     assert (plan.gang, plan.feasible, dict(plan.placement)) == ("ml/g", True, {"ml/g-0": "h1", "ml/g-1": "h2"})
     assert plan.level == "network.topology.nvidia.com/accelerator" and list(plan.domain) == ["b1", "r1", "n1"]
     assert served.ext.ctx.state.reservations() == {}
+    assert plan.origin == ""  # no workload, no declared size
+    (sized,) = served.stub.PlanGang(pb.PlanGangRequest(
+        pods=[js(p) for p in gang("g", 2, 8, annotations={"railyard.io/min-member": "2"})])).gangs
+    assert sized.origin == "size 2 from railyard.io/min-member"  # as ExplainPod and /debug/gangs say it
     code, _ = code_of(lambda: served.stub.PlanGang(pb.PlanGangRequest()))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
