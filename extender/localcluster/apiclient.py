@@ -108,6 +108,25 @@ def wait_healthy(workdir: Path, proc: processes.Running, check: Callable[[], boo
         time.sleep(0.2)
 
 
+def wait_healthy_or_restart(workdir: Path, proc: processes.Running, check: Callable[[], bool], timeout: float,
+                            known_race: str, said: Callable[[str], None], env: dict[str, str] | None = None,
+                            starts: int = 3) -> processes.Running:
+    """``wait_healthy``, but a process that dies with ``known_race`` in its log (a startup race
+    of the component's own, not of the cluster's) is started again, up to ``starts`` starts in
+    all, each said, with ``env`` (its log kept as ``<name>.log.1``); any other death fails at once."""
+    for start in range(2, starts + 2):
+        try:
+            wait_healthy(workdir, proc, check, timeout)
+            return proc
+        except ClusterError:
+            log = processes.log_path(workdir, proc.name)
+            if start > starts or processes.is_alive(proc) or known_race not in log.read_text(errors="replace"):
+                raise
+            said(f"{proc.name} died of its known startup race ({known_race}); starting it again ({start}/{starts})")
+            proc = processes.restart(workdir, proc.name, env)
+    raise AssertionError("unreachable")
+
+
 def http_ok(url: str, insecure: bool = False) -> bool:
     return http_text(url, insecure) is not None
 

@@ -39,7 +39,8 @@ import yaml
 
 from extender.localcluster import binaries as binaries_mod, kustomize, managers, workloads
 from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
-from extender.localcluster.apiclient import CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy
+from extender.localcluster.apiclient import (CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy,
+                                             wait_healthy_or_restart)
 from extender.localcluster.errors import ClusterError
 from extender.localcluster.progress import Progress
 
@@ -111,6 +112,13 @@ class ClusterInfo:
     """What runs of Kueue (version, URLs, feature gates), as ``cluster.json`` records it."""
     workload_controllers: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The workload controllers that run (version, URLs), by name."""
+
+
+KWOK_STARTUP_RACE = "fatal error: concurrent map writes"
+"""How kwok v0.7.0 dies when its node and pod controllers build their first CEL environments at
+once: easycel v0.6.0 caches types in a map without a lock (``types.go`` ``getTrait``, called from
+kwok's ``pkg/utils/cel/environment.go`` ``NewEnvironment``). Seen once in a CI run's ~60 cluster
+starts; kwok started again comes up."""
 
 
 def _say(log: TextIO, message: str) -> None:
@@ -221,7 +229,8 @@ def _start_all(
     stages_file.write_text(config.kwok_stages_text())
     _say(log, "starting kwok")
     kwok = processes.start(workdir, "kwok", config.kwok_args(bins.kwok, kubeconfig_file, stages_file, ports), env)
-    wait_healthy(workdir, kwok, lambda: http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"), timeout)
+    kwok = wait_healthy_or_restart(workdir, kwok, lambda: http_ok(f"http://{config.HOST}:{ports.kwok}/healthz"),
+                                   timeout, KWOK_STARTUP_RACE, lambda message: _say(log, message), env)
 
     ha = len(replicas) > 1
     for replica in replicas:

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from extender.localcluster import processes
+import pytest
+
+from extender.localcluster import apiclient, processes
+from extender.localcluster.errors import ClusterError
 
 
 def test_start_records_pid_and_stop_ends_it(tmp_path):
@@ -84,3 +87,45 @@ def test_python_processes_the_cluster_starts_import_this_railyard(tmp_path, monk
     out = subprocess.run([sys.executable, "-c", "import extender; print(extender.__file__)"], env=env,
                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(Path(processes.SOURCE_ROOT) / "extender" / "__init__.py")
+
+
+# A stand-in for kwok: dies of the given message on its first ``dies`` starts, then comes up.
+FLAKY = """
+import pathlib, sys, time
+runs = pathlib.Path("runs"); n = int(runs.read_text()) + 1 if runs.exists() else 1; runs.write_text(str(n))
+if n <= int(sys.argv[1]):
+    print(sys.argv[2], flush=True); sys.exit(2)
+pathlib.Path("up").write_text("ok"); time.sleep(60)
+"""
+
+
+def flaky_start(tmp_path, dies: int, message: str, starts: int = 3):
+    said: list[str] = []
+    proc = processes.start(tmp_path, "kwok", [sys.executable, "-c", FLAKY, str(dies), message])
+    try:
+        return apiclient.wait_healthy_or_restart(tmp_path, proc, (tmp_path / "up").exists, 10, RACE, said.append,
+                                                 starts=starts), said
+    finally:
+        for p in processes.recorded(tmp_path):
+            processes.stop(tmp_path, p)
+
+
+RACE = "fatal error: concurrent map writes"
+
+
+def test_a_component_that_dies_of_its_known_startup_race_is_started_again(tmp_path):
+    proc, said = flaky_start(tmp_path, 2, RACE)
+    assert (tmp_path / "runs").read_text() == "3" and said == [
+        f"kwok died of its known startup race ({RACE}); starting it again (2/3)",
+        f"kwok died of its known startup race ({RACE}); starting it again (3/3)"]
+    assert RACE in (tmp_path / "logs" / "kwok.log.1").read_text()  # the dead start's log is kept
+
+
+def test_any_other_death_or_the_race_every_time_fails_with_the_log(tmp_path):
+    with pytest.raises(ClusterError, match="(?s)kwok exited during startup.*panic: something else"):
+        flaky_start(tmp_path, 1, "panic: something else")
+    assert (tmp_path / "runs").read_text() == "1"  # not started again
+    (tmp_path / "runs").unlink()
+    with pytest.raises(ClusterError, match="concurrent map writes"):
+        flaky_start(tmp_path, 5, RACE, starts=2)
+    assert (tmp_path / "runs").read_text() == "2"
