@@ -391,7 +391,8 @@ def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int
     res = state.reservation(gang)
     if res is None:
         return None
-    for slot in sorted(res.slots, key=lambda s: s.member != prefer):
+    preferred = [s for s in res.slots if s.member == prefer] if prefer is not None else []
+    for slot in (*preferred, *res.slots):
         if slot.member.startswith(f"{gang}#") and slot.gpus == gpus and slot.part in (None, part):
             state.rename_slot(gang, slot.member, member)
             return slot.member

@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate
 from typing import Collection, Sequence
 
@@ -69,13 +71,20 @@ def position(rank: tuple[int, ...] | None, layout: tuple[tuple[int, int], ...] =
     if len(rank) != 2 or not layout:
         return None
     job, index = rank
-    before = 0
-    for jobs, pods in layout:
-        if job < jobs:
-            return before + job * pods + index if index < pods else None
-        job -= jobs
-        before += jobs * pods
-    return None
+    first_jobs, first_pods = _layout_starts(layout)
+    k = bisect_right(first_jobs, job) - 1  # the replicatedJob the Job is one of
+    if k < 0 or job - first_jobs[k] >= layout[k][0] or index >= layout[k][1]:
+        return None
+    return first_pods[k] + (job - first_jobs[k]) * layout[k][1] + index
+
+
+@lru_cache(maxsize=64)
+def _layout_starts(layout: tuple[tuple[int, int], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The first Job's global index and the first pod's place of each entry of ``layout``
+    (computed once per layout: a gang's members ask one by one)."""
+    first_jobs = tuple(accumulate((jobs for jobs, _ in layout[:-1]), initial=0))
+    first_pods = tuple(accumulate((jobs * pods for jobs, pods in layout[:-1]), initial=0))
+    return first_jobs, first_pods
 
 
 def seats(gang: GangSpec, members: list[Member], by_class: dict[int, list[int]]) -> list[Member | None] | None:

@@ -71,3 +71,9 @@ def test_every_member_present_or_none_with_a_place_keeps_rank_order():
     assert seats(gang, members(0, 1, 2), {0: [0, 1, 2]}) is None  # all there: rank order as always
     assert seats(gang, [Member("ml/a", 8), Member("ml/b", 8)], {0: [0, 1, 2]}) is None  # no ranks
     assert seats(gang, members(1), {0: [0, 1], 1: [2]}) is None  # two classes
+
+
+def test_replicated_jobs_of_no_replicas_take_no_places():
+    layout = ((0, 2), (2, 3), (0, 5))
+    assert [position((g, c), layout) for g in range(2) for c in range(3)] == [0, 1, 2, 3, 4, 5]
+    assert position((2, 0), layout) is None
