@@ -143,13 +143,19 @@ def node_object(ext, name):
     return next(n for n in topotext.load(TWO_RACKS).nodes if n["metadata"]["name"] == name)
 
 
-def test_a_planned_node_cordoned_while_the_gang_waits_releases_it_at_once():
-    ext, binder, clock = extender()
+def first_member_waiting():
+    """A gang of 2 (90 s timeout) planned, its first member waiting at bind for the second."""
+    ext, binder, _ = extender()
     pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "90"})
     plan = steer(ext, pods)
     errors = {}
     t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
     wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
+    return ext, binder, pods, plan, errors, t
+
+
+def test_a_planned_node_cordoned_while_the_gang_waits_releases_it_at_once():
+    ext, binder, pods, plan, errors, t = first_member_waiting()
     ext.node_upserted(TRANSLATE.node(cordon(node_object(ext, plan["ml/g-1"]))))
     t.join(5)  # answered at once, not at the 90 s deadline
     assert not t.is_alive()
@@ -164,12 +170,7 @@ def test_a_member_deleted_while_the_watch_was_down_releases_the_gang_at_the_reli
     """The pods' watch broke; a member was deleted before it came back. The relist does not
     show it: its gang is planned again at once, as if the delete event had come, not held for
     the missing member until its deadline."""
-    ext, binder, clock = extender()
-    pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "90"})
-    plan = steer(ext, pods)
-    errors = {}
-    t = bind_async(ext, pods[0], plan["ml/g-0"], errors)
-    wait_until(lambda: ext.debug_gangs()[0].phase.startswith("waiting"))
+    ext, binder, pods, plan, errors, t = first_member_waiting()
     ext.relisted("pods", [*topotext.load(TWO_RACKS).filler_pods(), pods[0]])  # g-1 is gone
     t.join(5)  # answered at once, not at the 90 s deadline
     assert not t.is_alive()
