@@ -137,9 +137,12 @@ class CacheSink:
                 # is the only news of it. Its gang is planned again now, as pod_deleted would,
                 # not held for the missing member until its deadline. (Keyed by name: a pod
                 # recreated under the same name meanwhile is not seen as lost.)
-                lost = [(rec.key, gone[0]) for rec in ctx.book.records()
-                        if (gone := [m for m in rec.members if m not in listed])]
-                if [gang for gang, member in lost if ctx.book.member_deleted(gang, member)]:
+                released = False
+                for rec in ctx.book.records():
+                    gone = next((m for m in rec.members if m not in listed), None)
+                    if gone is not None and ctx.book.member_deleted(rec.key, gone):
+                        released = True
+                if released:
                     ctx.changed()
             elif kind in DRA_KINDS:
                 dra = [o for o in objects if isinstance(o, (DeviceClassFacts, SliceFacts, ClaimFacts, ClaimTemplateFacts))]

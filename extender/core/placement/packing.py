@@ -116,7 +116,6 @@ def seats(gang: GangSpec, members: list[Member], by_class: dict[int, list[int]])
     return seated
 
 
-
 def usable_nodes(view: View, refused: Collection[str], within: Domain | None) -> list[bool]:
     """Per node: takes placements at all (not blocked, not refused, inside ``within``)."""
     topo = view.topology

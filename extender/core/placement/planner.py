@@ -423,25 +423,23 @@ def _assign(gang: GangSpec, view: View, parts: list[Taken], classes: list[PodCla
             for k, n in taken[node].items():
                 by_class.setdefault(k, []).extend([node] * n)
         seated = seats(gang, by_slice[s], by_class) if rule is None else None
+        order: list[tuple[int, int, Member | None]] = []  # (node, class, member; None: not created yet)
         if seated is not None:
             ((k, nodes),) = by_class.items()
-            for node, m in zip(nodes, seated):
-                if m is None:
-                    missing += 1
-                    slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
-                                             classes[k].eligibility.requests)))
-                else:
-                    slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
-            continue
-        for m in by_slice[s]:
-            node = by_class[index[(m.gpus, m.eligibility)]].pop(0)
-            slots.append((node, Slot(m.key, topo.names[node], m.gpus, m.eligibility.requests)))
+            order = [(node, k, m) for node, m in zip(nodes, seated)]
+        else:
+            for m in by_slice[s]:
+                k = index[(m.gpus, m.eligibility)]
+                order.append((by_class[k].pop(0), k, m))
+            order += [(node, k, None) for k, nodes in sorted(by_class.items()) for node in nodes]
         part = s if rule is not None and rule.exclusive else None
-        for k, nodes in sorted(by_class.items()):  # members not created yet
-            for node in nodes:
+        for node, k, who in order:
+            if who is None:
                 missing += 1
                 slots.append((node, Slot(f"{gang.key}#{missing}", topo.names[node], classes[k].gpus,
                                          classes[k].eligibility.requests, part=part)))
+            else:
+                slots.append((node, Slot(who.key, topo.names[node], who.gpus, who.eligibility.requests)))
     if rail_set is not None:
         slots = _with_rails(view, slots, rail_set)
     anchor = min((n for n, _ in slots), default=min((n for t in parts for n in t), default=0))
