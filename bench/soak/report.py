@@ -42,6 +42,23 @@ SERIES: dict[str, tuple[str, Callable[[dict[str, Any]], float | None]]] = {
 }
 
 
+#: What the process holds that a metric follows (stats module docstring): key -> names of the
+#: covariates (``COVARIATES``) its slope is fitted at equal values of. The verdict is on that
+#: slope; the slope without them is reported beside it.
+AT_EQUAL: dict[str, tuple[str, ...]] = {
+    "rss_mb": ("bind_threads", "cached_pods", "book_gangs"),
+    "heap_kblocks": ("bind_threads", "cached_pods", "book_gangs"),
+    "threads": ("bind_threads",),
+    "fds": ("bind_threads", "held_binds"),
+}
+COVARIATES: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    "bind_threads": lambda s: (s.get("python_threads") or {}).get("bind", 0.0) if "python_threads" in s else None,
+    "held_binds": lambda s: s.get("held_binds"),
+    "cached_pods": lambda s: (s.get("cache") or {}).get("pods"),
+    "book_gangs": lambda s: _held(s, "gangs"),
+}
+
+
 def _held(s: dict[str, Any], kind: str) -> float | None:
     return (s.get("held") or {}).get(kind)
 
@@ -88,8 +105,15 @@ def analyse(samples: list[dict[str, Any]], workload: dict[str, Any]) -> dict[str
     load = [s for s in samples if s.get("phase") == "load"]
     out: dict[str, Any] = {}
     for key, (unit, get) in SERIES.items():
-        out[key] = _entry(stats.fit(((s["segment"], s["t"], get(s)) for s in load), warmup),
-                          bounds.get(key), unit, [get(s) for s in load])
+        raw = stats.fit(((s["segment"], s["t"], get(s)) for s in load), warmup)
+        # Older soaks' samples lack some covariates: fit at equal values of those they have.
+        names = tuple(c for c in AT_EQUAL.get(key, ()) if any(COVARIATES[c](s) is not None for s in load))
+        f = stats.fit(((s["segment"], s["t"], get(s), *(COVARIATES[c](s) for c in names)) for s in load), warmup) \
+            if names else raw
+        out[key] = _entry(f, bounds.get(key), unit, [get(s) for s in load])
+        if names:
+            out[key]["at_equal"] = {c: round(b, 4) for c, b in zip(names, f.per_covariate)} if f else list(names)
+            out[key]["fit_without"] = raw.as_dict() if raw else None
     windows = {verb: stats.window_quantiles(load, verb, float(workload.get("latency_window_s", 60)))
                for verb in LATENCY.values()}
     for key, verb in LATENCY.items():
@@ -123,13 +147,21 @@ def _entry(f: stats.Fit | None, spec: float | str | None, unit: str, values: lis
 
 def table(doc: dict[str, Any]) -> str:
     """The verdicts as a markdown table (printed and copied into bench/README.md)."""
-    lines = ["| metric | median | end | slope per hour (95 % noise) | rises (slope - noise > 0) | bound per hour | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| metric | median | end | slope per hour (95 % noise) | at equal | without them | "
+             "rises (slope - noise > 0) | bound per hour | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def slope(f: dict[str, Any] | None, unit: str) -> str:
+        return f"{f['slope_per_h']:+.3g} ± {f['noise_per_h']:.2g} {unit}" if f else "n/a"
+
     for key, e in doc["metrics"].items():
-        f = e["fit"]
-        slope = f"{f['slope_per_h']:+.3g} ± {f['noise_per_h']:.2g} {e['unit']}" if f else "n/a"
+        at = e.get("at_equal")
+        held = ", ".join(f"{c} ({b:+.3g} each)" for c, b in at.items()) if isinstance(at, dict) else \
+            ", ".join(at or []) or "-"
+        without = slope(e.get("fit_without"), e["unit"]) if "fit_without" in e else "-"
         rises = {True: "yes", False: "no", None: "n/a"}[e["rises"]]
-        lines.append(f"| {key} | {e['median']} | {e['end']} | {slope} | {rises} | {e['bound_per_h']} | **{e['verdict']}** |")
+        lines.append(f"| {key} | {e['median']} | {e['end']} | {slope(e['fit'], e['unit'])} | {held} | {without} | "
+                     f"{rises} | {e['bound_per_h']} | **{e['verdict']}** |")
     return "\n".join(lines)
 
 

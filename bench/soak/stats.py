@@ -12,6 +12,13 @@ by the AR(1) factor sqrt((1 + r) / (1 - r)), r the lag-1 autocorrelation of the 
 the bound is two of those standard errors (about 95 %). A metric is **flat** when its slope plus
 that noise bound is under the stated bound, **grows** when its slope minus the noise is over it,
 and **unclear** otherwise (the run was too noisy or too short to tell).
+
+What a process holds also follows its load: a burst of held bind calls starts bind threads (each
+with its stack and, while held, the scheduler's connection), more waiting gangs hold more pods.
+A soak's seeded load is not level over an hour, so a fit may also take *covariates*, what the
+process holds at each sample, and then its slope is the growth in time **at equal load**, the
+part a leak would show. The covariates are bounded by construction (the bind pool by its cap,
+the book by the gangs that exist), and each one's coefficient is reported beside the slope.
 """
 
 from __future__ import annotations
@@ -39,53 +46,83 @@ class Fit:
     first: float
     last: float
     """Mean of the first and of the last 10 % of the points used (end values, for the reader)."""
+    per_covariate: tuple[float, ...] = ()
+    """The fitted change of the metric per unit of each covariate (e.g. MB per bind thread)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        def r(v: Any) -> Any:
+            return round(v, 4) if isinstance(v, float) else [r(x) for x in v] if isinstance(v, tuple) else v
+        return {k: r(v) for k, v in asdict(self).items()}
 
 
-def fit(points: Iterable[tuple[Any, float, float]], warmup_s: float = 0.0) -> Fit | None:
-    """Least squares of ``(segment, t seconds, y)`` with one intercept per segment and one
-    slope; None when fewer than 3 points per the whole fit survive the warm-up or time does
-    not vary within any segment."""
-    by_seg: dict[Any, list[tuple[float, float]]] = {}
-    for seg, t, y in points:
-        if y is None or (isinstance(y, float) and math.isnan(y)):
+def fit(points: Iterable[tuple[Any, ...]], warmup_s: float = 0.0) -> Fit | None:
+    """Least squares of ``(segment, t seconds, y, *covariates)`` with one intercept per segment,
+    one slope in time and one coefficient per covariate (what the process holds at that moment:
+    a leak grows with time at equal load, memory that follows the load does not); None when
+    fewer than 3 points survive the warm-up, time does not vary within any segment, or time and
+    the covariates are collinear. The slope's noise comes from ``(X'X)^-1`` of the time column."""
+    by_seg: dict[Any, list[tuple[float, ...]]] = {}
+    for seg, t, y, *xs in points:
+        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (y, *xs)):
             continue
-        by_seg.setdefault(seg, []).append((t, y))
-    kept: list[list[tuple[float, float]]] = []
+        by_seg.setdefault(seg, []).append((t, y, *xs))
+    kept: list[list[tuple[float, ...]]] = []
     for pts in by_seg.values():
         pts.sort()
         start = pts[0][0]
-        pts = [(t, y) for t, y in pts if t - start >= warmup_s]
+        pts = [p for p in pts if p[0] - start >= warmup_s]
         if len(pts) >= 2:
             kept.append(pts)
     n = sum(len(p) for p in kept)
     if n < 3:
         return None
-    sxx = sxy = 0.0
+    # Demean every column within its segment (the per-segment intercepts), then solve the
+    # normal equations of the regressors (t, covariates...) on y.
+    rows: list[list[list[float]]] = []  # per segment: [[t, x1.., y], ...] demeaned
     for pts in kept:
-        tm = sum(t for t, _ in pts) / len(pts)
-        ym = sum(y for _, y in pts) / len(pts)
-        sxx += sum((t - tm) ** 2 for t, _ in pts)
-        sxy += sum((t - tm) * (y - ym) for t, y in pts)
-    if sxx <= 0:
+        means = [sum(col) / len(pts) for col in zip(*pts)]
+        rows.append([[p[0] - means[0], *(v - m for v, m in zip(p[2:], means[2:])), p[1] - means[1]] for p in pts])
+    width = len(rows[0][0]) - 1
+    # A covariate that never varies inside a process says nothing: it is left out (coefficient 0).
+    used = [i for i in range(width) if i == 0 or any(r[i] != 0.0 for seg in rows for r in seg)]
+    rows = [[[r[i] for i in used] + [r[width]] for r in seg] for seg in rows]
+    k = len(used)
+    xtx = [[sum(r[i] * r[j] for seg in rows for r in seg) for j in range(k)] for i in range(k)]
+    xty = [sum(r[i] * r[k] for seg in rows for r in seg) for i in range(k)]
+    inv = _inverse(xtx)
+    if inv is None:
         return None
-    b = sxy / sxx
-    residuals: list[list[float]] = []
-    for pts in kept:
-        tm = sum(t for t, _ in pts) / len(pts)
-        ym = sum(y for _, y in pts) / len(pts)
-        residuals.append([(y - ym) - b * (t - tm) for t, y in pts])
-    dof = n - len(kept) - 1
+    beta = [sum(inv[i][j] * xty[j] for j in range(k)) for i in range(k)]
+    residuals = [[r[k] - sum(b * v for b, v in zip(beta, r[:k])) for r in seg] for seg in rows]
+    per_covariate = dict(zip(used[1:], beta[1:]))
+    dof = n - len(kept) - k
     sse = sum(e * e for seg in residuals for e in seg)
-    se = math.sqrt(sse / dof / sxx) if dof > 0 else math.inf
+    se = math.sqrt(sse / dof * inv[0][0]) if dof > 0 else math.inf
     r = lag1(residuals)
     se *= math.sqrt((1 + r) / (1 - r))
-    ys = [y for pts in sorted(kept, key=lambda p: p[0][0]) for _, y in pts]
+    ys = [p[1] for pts in sorted(kept, key=lambda p: p[0][0]) for p in pts]
     tenth = max(1, len(ys) // 10)
-    return Fit(slope_per_h=b * HOUR, noise_per_h=2 * se * HOUR, n=n, segments=len(kept),
-               lag1_autocorrelation=r, first=sum(ys[:tenth]) / tenth, last=sum(ys[-tenth:]) / tenth)
+    return Fit(slope_per_h=beta[0] * HOUR, noise_per_h=2 * se * HOUR, n=n, segments=len(kept),
+               lag1_autocorrelation=r, first=sum(ys[:tenth]) / tenth, last=sum(ys[-tenth:]) / tenth,
+               per_covariate=tuple(per_covariate.get(i, 0.0) for i in range(1, width)))
+
+
+def _inverse(m: list[list[float]]) -> list[list[float]] | None:
+    """Gauss-Jordan with partial pivoting; None when (nearly) singular."""
+    k = len(m)
+    a = [row[:] + [float(i == j) for j in range(k)] for i, row in enumerate(m)]
+    scale = max((abs(v) for row in m for v in row), default=0.0)
+    for c in range(k):
+        p = max(range(c, k), key=lambda i: abs(a[i][c]))
+        if abs(a[p][c]) <= 1e-12 * max(scale, 1e-300):
+            return None
+        a[c], a[p] = a[p], a[c]
+        a[c] = [v / a[c][c] for v in a[c]]
+        for i in range(k):
+            if i != c and a[i][c] != 0.0:
+                f = a[i][c]
+                a[i] = [v - f * w for v, w in zip(a[i], a[c])]
+    return [row[k:] for row in a]
 
 
 def lag1(residuals: Sequence[Sequence[float]]) -> float:

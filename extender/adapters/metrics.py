@@ -10,10 +10,12 @@ at scrape time by ``Sampled``, never counted per request: the verbs' hot path do
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
 import time
+from collections import Counter as Tally
 from typing import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,6 +34,8 @@ PLAN_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
 BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 GANG_OUTCOMES = ("bound", "timed_out", "rejected", "compensated", "completed")
+#: The number a pool gives each of its threads (bind-3, verb_0, ThreadPoolExecutor-0_1).
+_NUMBERED = re.compile(r"[-_]\d+(?:_\d+)?$")
 CACHE_KINDS = ("nodes", "pods", *(g.kind for g in GROUP_APIS))
 
 
@@ -160,6 +164,12 @@ class Sampled(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("railyard_process_threads", "Threads of the process (Python's and native ones).",
                                 value=self.threads())
+        pools = GaugeMetricFamily("railyard_python_threads",
+                                  "Python threads by name, numbered ones counted together (bind-3 as bind).",
+                                  labels=["thread"])
+        for name, n in sorted(Tally(_NUMBERED.sub("", t.name) for t in threading.enumerate()).items()):
+            pools.add_metric([name], n)
+        yield pools
         yield GaugeMetricFamily("railyard_python_allocated_blocks",
                                 "Memory blocks the Python interpreter has allocated now (sys.getallocatedblocks).",
                                 value=sys.getallocatedblocks())

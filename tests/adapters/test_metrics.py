@@ -81,10 +81,14 @@ def test_what_a_long_run_samples_is_read_from_this_process_at_scrape():
 
     before = sample(m, "railyard_process_threads")
     stop = threading.Event()
-    extra = [threading.Thread(target=stop.wait) for _ in range(4)]
+    extra = [threading.Thread(target=stop.wait, name=f"bind-{n + 7}") for n in range(3)]
+    extra.append(threading.Thread(target=stop.wait, name="k8s-events"))
     for t in extra:
         t.start()
     assert sample(m, "railyard_process_threads") == before + 4
+    # A pool's numbered threads are counted under the pool's name.
+    assert sample(m, "railyard_python_threads", thread="bind") == 3
+    assert sample(m, "railyard_python_threads", thread="k8s-events") == 1
     stop.set()
     for t in extra:
         t.join()

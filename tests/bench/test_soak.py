@@ -86,6 +86,29 @@ def test_autocorrelated_noise_widens_the_bound():
     assert stats.verdict(f, 0.001) in ("unclear", "grows") and f.noise_per_h > 0
 
 
+def test_a_slope_at_equal_load_neither_takes_the_loads_trend_nor_hides_a_leak():
+    rng = random.Random(11)
+    # What the process holds climbs from 0 to 60 over the hour in bursts (a load that bunched
+    # up late); each held thing costs 0.5 MB. Memory that only follows it is not a leak.
+    held = [min(60.0, max(0.0, 60 * t / H + rng.gauss(0, 8))) for _, t, _ in series(0.0)]
+
+    def memory(leak_per_h: float) -> list[tuple[int, float, float, float]]:
+        return [(seg, t, y + leak_per_h * t / H + 0.5 * x, x)
+                for (seg, t, y), x in zip(series(0.0, noise=0.3, seed=5), held)]
+
+    follows = memory(0.0)
+    raw = stats.fit(p[:3] for p in follows)
+    assert raw.slope_per_h > 20 and stats.verdict(raw, 5.0) == "grows"  # the load's trend, read as growth
+    at_equal = stats.fit(follows)
+    assert abs(at_equal.slope_per_h) < 1.0 and stats.verdict(at_equal, 5.0) == "flat"
+    assert at_equal.per_covariate == (pytest.approx(0.5, abs=0.02),)
+    leak = stats.fit(memory(12.0))  # 12 MB/h at any load is still seen
+    assert leak.slope_per_h == pytest.approx(12.0, abs=1.0) and stats.verdict(leak, 5.0) == "grows"
+    # A covariate that never varies is left out; one that is time itself leaves nothing to fit.
+    assert stats.fit((seg, t, y, 7.0) for seg, t, y, _ in follows).per_covariate == (0.0,)
+    assert stats.fit((seg, t, y, t) for seg, t, y, _ in follows) is None
+
+
 def test_too_few_points_give_no_fit_and_an_unclear_verdict():
     assert stats.fit([(0, 0.0, 1.0), (1, 5.0, 2.0)]) is None
     assert stats.fit([(0, 0.0, 1.0), (0, 5.0, 2.0), (0, 10.0, 3.0)], warmup_s=60) is None
@@ -130,6 +153,7 @@ def test_metrics_are_read_from_railyards_own_exposition():
             m.verb_finished("filter", "ok", s)
         m.verb_finished("filter", "error", 0.02)
         m.verb_finished("bind", "ok", 1.5)
+        m.held_binds(2)
         got = sample.parse_metrics(m.exposition()[0].decode())
     finally:
         for s in (client, server, listener):
@@ -141,6 +165,8 @@ def test_metrics_are_read_from_railyards_own_exposition():
     assert filt[0.0001] == 1 and filt[0.002] == 3 and filt[float("inf")] == 4  # outcomes summed
     assert dict((le, c) for le, c in got["buckets"]["bind"])[1.0] == 0
     assert report.SERIES["book_pods"][1]({"held": got["held"]}) == 7
+    assert got["held_binds"] == 2 and got["python_threads"]["MainThread"] == 1
+    assert report.COVARIATES["bind_threads"](got) == got["python_threads"].get("bind", 0.0)
 
 
 def test_proc_status_gives_rss_and_threads():
@@ -169,6 +195,7 @@ def test_the_report_fits_only_the_load_and_states_bound_and_verdict(tmp_path):
     assert m["heap_kblocks"]["fit"]["slope_per_h"] == pytest.approx(360, rel=1e-6)
     assert m["threads"]["verdict"] == "flat"
     assert m["fds"]["verdict"] == "no bound"
+    assert "at_equal" not in m["threads"]  # these samples carry no covariate: plain fits
     assert m["filter_p99_ms"]["windows"] > 10 and m["filter_p99_ms"]["p50_ms_median"] < 0.5
     bind = m["bind_p99_ms"]  # every window's p99 the same: a flat series; its bound a quarter of it
     assert bind["bound_per_h"] == pytest.approx(bind["median"] / 4) and bind["verdict"] == "flat"
