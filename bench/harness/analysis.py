@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod, pergang, preemption
+from bench.harness import arms as arms_mod, cpu as cpu_mod, holds, pergang, preemption
 from bench.harness.pergang import LEVELS
 from bench.harness.runner import ArmResult, PodRecord
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
@@ -171,6 +171,11 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         records[job.name] = {**pergang.record(job, member_paths, paths, free, at_creation, t_complete),
                              "fewest_held": held,
                              "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
+        plan = holds.planned_at(result.holds, job.name, min(created), min(m.bound for m in bound), t_complete) \
+            if created else None
+        if plan is not None:
+            records[job.name]["fewest_on_view"] = holds.fewest_on_view(
+                plan[1], free_gpus(recs, caps, own, plan[0]), paths, job)
         for lvl, n in records[job.name]["spans"].items():
             spans[lvl].append(n)
 

@@ -13,6 +13,9 @@ free GPUs the capacity minus the pods of other jobs bound and not finished, as t
 - ``fewest_created``: the same when its first member was created. A gang is planned somewhere
   between the two moments (railyard plans it when its first member reaches the filter, Kueue
   when it admits it), and GPUs free at one of them may not have been at the other.
+- ``fewest_on_view`` (arms with railyard, ``holds``): the same at railyard's plan (the first poll
+  of its topology view where the gang held GPUs) on the free GPUs less what railyard held for
+  other gangs then: its reservations and starvation drains, which the watch cannot see.
 - ``fewest_held`` (``analysis.held_fewest``): the same at the first moment between the first
   member's creation and the first binding when the gang fits on the free GPUs less everything
   other pods took after that moment, until ``HELD_S`` after it bound: as if all of that had been
@@ -103,7 +106,9 @@ def compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     ``cluster`` when B was at its fewest when its last member bound or when its first was
     created (the other arm's cluster had more room); ``held`` when B was within
     ``fewest_held`` (GPUs other pods took later may have been reserved for them when it was
-    planned); else ``planner``."""
+    planned); ``reserved`` when B was within ``fewest_on_view`` (at its plan, railyard's own
+    view held the tighter room for other gangs: reservations, starvation drains); else
+    ``planner``."""
     own = (arms.get("B") or {}).get("gang_records")
     if not own:
         return None
@@ -136,11 +141,13 @@ def _why(rec: dict[str, Any], lvl: str) -> str:
 
     if rec.get("fewest") is None or within("fewest") or within("fewest_created"):
         return "cluster"
-    return "held" if within("fewest_held") else "planner"
+    if within("fewest_held"):
+        return "held"
+    return "reserved" if within("fewest_on_view") else "planner"
 
 
 def _brief(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: rec.get(k) for k in ("spans", "fewest", "fewest_created", "fewest_held", "bound_at_s")}
+    return {k: rec.get(k) for k in ("spans", "fewest", "fewest_created", "fewest_held", "fewest_on_view", "bound_at_s")}
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:
@@ -156,8 +163,10 @@ def markdown(doc: dict[str, Any]) -> list[str]:
            "member was created (B plans a gang in between), the other arm's cluster had more room (arrival "
            "timing, what else ran); **held** = B was at its fewest at the first moment between its first "
            "member's creation and its binding when it fit, on the GPUs free then less all that other pods took "
-           f"from then until {HELD_S:g} s after it bound (reservations the watch cannot see); **planner** = B "
-           "spanned more than even that.", "",
+           f"from then until {HELD_S:g} s after it bound (reservations the watch cannot see); **reserved** = B was "
+           "at its fewest on the GPUs free when railyard planned it less those railyard held for other gangs then "
+           "(their reservations and starvation drains, from railyard's topology view, polled each second); "
+           "**planner** = B spanned more than even that.", "",
            "| run | arm | gangs compared | B wider: block / leaf / nvl / host | arm wider: block / leaf / nvl / host |",
            "|---|---|---|---|---|"]
 

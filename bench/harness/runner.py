@@ -8,6 +8,7 @@ in this process, so the times include the watch's delivery delay (the same in ev
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from bench.harness import arms as arms_mod, cpu as cpu_mod, kube as kube_mod, kueue as kueue_mod
+from bench.harness import arms as arms_mod, cpu as cpu_mod, holds as holds_mod, kube as kube_mod, kueue as kueue_mod
 from bench.harness.workload import Job
 from extender import topotext
 from extender.localcluster import cluster, config as localconfig, pki as pki_mod
@@ -74,6 +75,9 @@ class ArmResult:
     kueue_metrics: str = ""
     started: str = ""
     """UTC date and time the arm's cluster began to come up ("" in directories from before issue 21)."""
+    holds: list[dict[str, Any]] = field(default_factory=list)
+    """Arms with railyard: what it held per node and gang, from its topology view, each time that
+    changed (``holds.ViewPoller``); [] for the others and in directories from before issue 23."""
 
 
 class PodWatcher(kube_mod.Watch):
@@ -176,6 +180,10 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
         say("Kueue Topology, ResourceFlavor, ClusterQueue and LocalQueue active")
     time.sleep(0.5)  # the watch is open before the first pod exists
     t0[0] = time.monotonic()
+    view = holds_mod.ViewPoller(f"http://127.0.0.1:{info.ports.extender_view}/topology.json", t0) \
+        if info.extender_url and info.ports.extender_view else None
+    if view is not None:
+        view.start()
     errors = [0]
     pod_path = f"/api/v1/namespaces/{arms_mod.NAMESPACE}/pods"
     samples: dict[str, dict[str, Any]] = {}
@@ -263,6 +271,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
     watcher.stop()
     if workloads is not None:
         workloads.stop()
+    if view is not None:
+        view.stop()
     say(f"stopped at t={end:.0f}s: {reason}; bound {watcher.bound_count}/{len(records)}")
     loads.append(os.getloadavg()[0])
     result = ArmResult(arm.name, records, end, up_s, errors[0], stop_reason=reason,
@@ -274,6 +284,10 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
                             f"({t_resume:.0f}s), resumed at t={t_resume:.0f}s")
     if watcher.error:
         result.notes.append(f"watch reconnected after: {watcher.error}")
+    if view is not None:
+        result.holds = view.polls
+        result.notes.append(f"railyard's topology view polled every {holds_mod.POLL_S:g} s for what it held: "
+                            f"{len(view.polls)} changes kept, {view.failures} polls failed")
     if workloads is not None:
         with workloads.lock:
             result.workloads = dict(workloads.records)
@@ -333,14 +347,17 @@ def save(result: ArmResult, directory: Path) -> None:
     if result.kueue_metrics:
         (directory / "kueue-metrics.prom").write_text(result.kueue_metrics)
         (directory / "workloads.json").write_text(json.dumps([asdict(w) for w in result.workloads.values()]))
+    if result.holds:
+        with gzip.open(directory / "holds.json.gz", "wt") as f:
+            json.dump(result.holds, f)
 
 
 def load(directory: Path, arm: str) -> ArmResult:
     """What ``save`` wrote, for analysing a run again (``python -m bench report``)."""
     meta = json.loads((directory / "arm.json").read_text())
     pods = {p["name"]: PodRecord(**p) for p in json.loads((directory / "pods.json").read_text())}
-    ext, kueue_metrics, workloads = (directory / f for f in ("extender-metrics.prom", "kueue-metrics.prom",
-                                                              "workloads.json"))
+    ext, kueue_metrics, workloads, held = (directory / f for f in ("extender-metrics.prom", "kueue-metrics.prom",
+                                                                    "workloads.json", "holds.json.gz"))
     return ArmResult(arm, pods, meta["end"], meta["cluster_up_s"], meta["create_errors"],
                      extender_metrics=ext.read_text() if ext.exists() else "",
                      scheduler_metrics=(directory / "scheduler-metrics.prom").read_text(),
@@ -352,7 +369,8 @@ def load(directory: Path, arm: str) -> ArmResult:
                      load_average_1m=meta.get("load_average_1m") or [], started=meta.get("started", ""),
                      workloads={w["name"]: kueue_mod.WorkloadRecord(**w) for w in json.loads(workloads.read_text())}
                      if workloads.exists() else {},
-                     kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "")
+                     kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "",
+                     holds=json.loads(gzip.decompress(held.read_bytes())) if held.exists() else [])
 
 
 def _percentage_or_unknown(directory: Path) -> int | None | str:

@@ -182,8 +182,8 @@ def plot(path: Path, samples: list[dict[str, Any]], analysed: dict[str, Any],
     panels = [
         ("RSS (MB)", "rss_mb", [("", "rss_mb")]),
         ("Python heap (thousand allocated blocks)", "heap_kblocks", [("", "heap_kblocks")]),
-        ("threads", "threads", [("", "threads")]),
-        ("file descriptors", "fds", [("", "fds")]),
+        ("threads", "threads", [("all", "threads"), ("bind pool", "bind_threads")]),
+        ("file descriptors", "fds", [("all", "fds"), ("bind calls held", "held_binds")]),
         ("open connections", "connections", [("", "connections")]),
         ("gang book: gangs", "book_gangs_beyond_harness",
          [("held", "book_gangs"), ("held beyond those waiting or whole < 130 s ago (harness)",
@@ -206,7 +206,7 @@ def plot(path: Path, samples: list[dict[str, Any]], analysed: dict[str, Any],
             ax.legend(fontsize=8, loc="lower left")
             continue
         for (label, key), color in zip(lines, ("tab:blue", "tab:green")):
-            get = SERIES[key][1]
+            get = SERIES[key][1] if key in SERIES else COVARIATES[key]
             for n, seg in enumerate(dict.fromkeys(s["segment"] for s in samples)):
                 pts = [(s["t"] / 60, get(s)) for s in samples if s["segment"] == seg and get(s) is not None]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.8, color=color,
@@ -216,7 +216,8 @@ def plot(path: Path, samples: list[dict[str, Any]], analysed: dict[str, Any],
         e = analysed["metrics"].get(fitted)
         if e and e["fit"]:
             f = e["fit"]
-            ax.text(0.01, 0.95, f"{fitted}: slope {f['slope_per_h']:+.3g} ± {f['noise_per_h']:.2g} {e['unit']}/h "
+            at = " at equal load" if e.get("at_equal") else ""
+            ax.text(0.01, 0.95, f"{fitted}: slope{at} {f['slope_per_h']:+.3g} ± {f['noise_per_h']:.2g} {e['unit']}/h "
                     f"(bound {e['bound_per_h']}): {e['verdict']}", transform=ax.transAxes, fontsize=8, va="top")
     for ax in axes[-1]:
         ax.set_xlabel("minutes (dotted: extender restarts; dashed: load ends)")
