@@ -49,11 +49,15 @@ AT_EQUAL: dict[str, tuple[str, ...]] = {
     "rss_mb": ("bind_threads", "cached_pods", "book_gangs"),
     "heap_kblocks": ("bind_threads", "cached_pods", "book_gangs"),
     "threads": ("bind_threads",),
-    "fds": ("bind_threads", "held_binds"),
+    "fds": ("client_sockets",),
 }
 COVARIATES: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "bind_threads": lambda s: (s.get("python_threads") or {}).get("bind", 0.0) if "python_threads" in s else None,
     "held_binds": lambda s: s.get("held_binds"),
+    # Sockets railyard did not accept: its listeners, its watches and the keep-alive pool of its
+    # writes to the API server (Bindings, events; at most 64 connections, ``KubeBinder``'s pool, each
+    # closed after 15 s idle), which opens a connection per Binding of a burst at once.
+    "client_sockets": lambda s: _minus(s.get("socket_fds"), s.get("connections")),
     "cached_pods": lambda s: (s.get("cache") or {}).get("pods"),
     "book_gangs": lambda s: _held(s, "gangs"),
 }
@@ -183,7 +187,7 @@ def plot(path: Path, samples: list[dict[str, Any]], analysed: dict[str, Any],
         ("RSS (MB)", "rss_mb", [("", "rss_mb")]),
         ("Python heap (thousand allocated blocks)", "heap_kblocks", [("", "heap_kblocks")]),
         ("threads", "threads", [("all", "threads"), ("bind pool", "bind_threads")]),
-        ("file descriptors", "fds", [("all", "fds"), ("bind calls held", "held_binds")]),
+        ("file descriptors", "fds", [("all", "fds"), ("sockets railyard did not accept", "client_sockets")]),
         ("open connections", "connections", [("", "connections")]),
         ("gang book: gangs", "book_gangs_beyond_harness",
          [("held", "book_gangs"), ("held beyond those waiting or whole < 130 s ago (harness)",
