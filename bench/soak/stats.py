@@ -14,11 +14,12 @@ that noise bound is under the stated bound, **grows** when its slope minus the n
 and **unclear** otherwise (the run was too noisy or too short to tell).
 
 What a process holds also follows its load: a burst of held bind calls starts bind threads (each
-with its stack and, while held, the scheduler's connection), more waiting gangs hold more pods.
-A soak's seeded load is not level over an hour, so a fit may also take *covariates*, what the
-process holds at each sample, and then its slope is the growth in time **at equal load**, the
-part a leak would show. The covariates are bounded by construction (the bind pool by its cap,
-the book by the gangs that exist), and each one's coefficient is reported beside the slope.
+with its stack), a burst of Bindings opens connections of the write pool, more waiting gangs hold
+more pods. A soak's seeded load is not level over an hour, so a fit may also take *covariates*,
+what the process holds at each sample, and then its slope is the growth in time **at equal
+load**, the part a leak would show. The covariates are bounded by construction (the bind pool and
+the write pool by their caps, the book by the gangs that exist), and each one's coefficient is
+reported beside the slope.
 """
 
 from __future__ import annotations
