@@ -53,7 +53,6 @@ AT_EQUAL: dict[str, tuple[str, ...]] = {
 }
 COVARIATES: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "bind_threads": lambda s: (s.get("python_threads") or {}).get("bind", 0.0) if "python_threads" in s else None,
-    "held_binds": lambda s: s.get("held_binds"),
     # Sockets railyard did not accept: its listeners, its watches and the keep-alive pool of its
     # writes to the API server (Bindings, events; at most 64 connections, ``KubeBinder``'s pool, each
     # closed after 15 s idle), which opens a connection per Binding of a burst at once.
