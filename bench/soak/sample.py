@@ -46,9 +46,10 @@ def read_proc(pid: int, proc: Path = Path("/proc")) -> dict[str, float]:
 def parse_metrics(text: str) -> dict[str, Any]:
     """What the soak follows from railyard's exposition (docs/metrics.md):
     ``heap_kblocks`` (railyard_python_allocated_blocks / 1000), ``connections`` (total) and
-    ``connections_by`` server, ``python_threads`` by name (``bind``: the held binds' pool),
-    ``held_binds`` (bind calls held at the gang gate now), ``held`` by kind (railyard_held_objects), ``cache`` by kind, and
-    ``buckets`` per verb: cumulative ``[[le, count], ...]`` summed over outcomes."""
+    ``connections_by`` server, ``python_threads`` by thread name (``bind``: the held binds'
+    pool), ``held_binds`` (bind calls held at the gang gate now), ``held`` by kind
+    (railyard_held_objects), ``cache`` by kind, and ``buckets`` per verb: cumulative
+    ``[[le, count], ...]`` summed over outcomes."""
     out: dict[str, Any] = {"connections_by": {}, "held": {}, "cache": {}, "buckets": {}, "python_threads": {}}
     buckets: dict[str, dict[float, float]] = {v: {} for v in VERBS}
     for family in text_string_to_metric_families(text):
