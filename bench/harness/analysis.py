@@ -166,13 +166,12 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
         at_creation = free_gpus(recs, caps, own, min(created)) if created else None
-        held = (held_fewest(recs, caps, paths, job, own, min(created), min(m.bound for m in bound), t_complete)
-                if created else None)
+        first_bound = min(m.bound for m in bound)
+        held = held_fewest(recs, caps, paths, job, own, min(created), first_bound, t_complete) if created else None
         records[job.name] = {**pergang.record(job, member_paths, paths, free, at_creation, t_complete),
                              "fewest_held": held,
                              "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
-        plan = holds.planned_at(result.holds, job.name, min(created), min(m.bound for m in bound), t_complete) \
-            if created else None
+        plan = holds.planned_at(result.holds, job.name, min(created), first_bound, t_complete) if created else None
         if plan is not None:
             records[job.name]["fewest_on_view"] = holds.fewest_on_view(
                 plan[1], free_gpus(recs, caps, own, plan[0]), paths, job)

@@ -87,6 +87,11 @@ def test_quick_gangs_run_writes_every_documented_key(tmp_path):
         for rec in records.values():
             for key in ("spans", "fewest"):  # fewest: None when no domain of its required level held it
                 assert rec.get(key) is None or set(rec[key]) == {"block", "leaf", "nvl", "host"}, (arm, rec)
+    # What railyard held, from its topology view: only arm B has it, and it places B's gangs' plans.
+    assert (out / "arm-B" / "holds.json.gz").exists()
+    assert not any((out / f"arm-{arm}" / "holds.json.gz").exists() for arm in ("A", "C", "D"))
+    on_view = doc["runs"][0]["arms"]["B"]["gang_records"]
+    assert sum("fewest_on_view" in rec for rec in on_view.values()) >= len(gangs) // 2
     comparison = doc["runs"][0]["gang_comparison"]
     assert set(comparison["summary"]) == {"A", "C", "D"}
     assert "## Gang by gang" in report
