@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -42,13 +43,13 @@ class Chromium:
         self._ids = itertools.count(1)
 
     def __enter__(self) -> "Chromium":
-        self._profile = tempfile.TemporaryDirectory(prefix="railyard-chromium-")
+        self._profile = tempfile.mkdtemp(prefix="railyard-chromium-")  # removed by __exit__
         self._proc = subprocess.Popen(
             [self.path, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--remote-debugging-port=0",
-             f"--user-data-dir={self._profile.name}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        port_file = Path(self._profile.name) / "DevToolsActivePort"
+             f"--user-data-dir={self._profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        port_file = Path(self._profile) / "DevToolsActivePort"
         deadline = time.monotonic() + self.timeout
         while not port_file.exists() or not port_file.read_text().strip():
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -72,13 +73,35 @@ class Chromium:
             self._loop.run_until_complete(self._ws.close())
             self._loop.run_until_complete(self._session.close())
             self._loop.close()
-        self._proc.terminate()
+        self._stop()
+        # Chromium's helpers (crashpad, utility processes) can outlive the browser by a moment and
+        # still write into the profile: retry the removal briefly rather than fail the test on it.
+        for attempt in range(20):
+            try:
+                shutil.rmtree(self._profile)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.25)
+
+    def _stop(self) -> None:
+        """SIGTERM to chromium's whole process group (it was started in a session of its own, so
+        its helpers are in it), SIGKILL to whatever is left after 10 s."""
+        def signal_group(sig: int) -> None:
+            try:
+                os.killpg(self._proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        signal_group(signal.SIGTERM)
         try:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._profile.cleanup()
+            pass
+        signal_group(signal.SIGKILL)
+        self._proc.wait()
 
     def send(self, method: str, **params: Any) -> dict[str, Any]:
         """One DevTools command and its result (events that arrive meanwhile are skipped)."""
