@@ -17,7 +17,7 @@ from extender.core.cluster.pods import PodIndex
 from extender.core.cluster.state import ClusterState
 from extender.core.devices.ledger import DeviceLedger
 from extender.core.gangs import gangspec, settle
-from extender.core.gangs.book import GangBook, GangRecord
+from extender.core.gangs.book import GangBook, GangRecord, Notice
 from extender.core.gangs.lifecycle import Event, Phase
 from extender.core.gangs.recovery import Rounds
 from extender.core.model import GangSpec, GroupFacts, PodFacts, PodRef
@@ -26,6 +26,9 @@ from extender.service.answers import GangChange
 from extender.settings import Settings
 
 T = TypeVar("T")
+
+MAX_UNTOLD_PER_POD = 8
+"""Notices kept for a pod the watch has not shown yet; later ones are not told."""
 
 
 class Context:
@@ -50,6 +53,8 @@ class Context:
         self.rounds = Rounds()
         self.devices = DeviceLedger(settings.placement.gpu_resource, settings.dra.device_classes,
                                     settings.dra.rail_attribute, settings.topology_attributes())
+        self._untold: dict[str, list[Notice]] = {}
+        """Notices for pods the watch had not shown yet, by pod key (``shown`` sends them)."""
         self.watchers: list[Callable[[GangChange], None]] = []
         """WatchGangs subscribers; each is called under the lock and must only enqueue."""
 
@@ -60,11 +65,30 @@ class Context:
         for notice in self.book.take_notices():
             for key in notice.members:
                 pod = self.pods.pending_pod(key) or self.pods.seen_pod(key) or self.pods.bound_named(key)
-                if pod is not None and not self.pods.unshown_pod(key):
+                if pod is None:
+                    continue
+                if not self.pods.unshown_pod(key):
                     self.ports.events.event(pod, notice.reason, notice.message,
                                             "Warning" if notice.warning else "Normal")
+                else:  # known from filter alone so far (the watch lags): told once the watch shows it
+                    self._untold_notice(key, notice)
         if wake:
             self.cond.notify_all()
+
+    def _untold_notice(self, key: str, notice: Notice) -> None:
+        told = self._untold.setdefault(key, [])
+        if len(told) < MAX_UNTOLD_PER_POD:
+            told.append(notice)
+        if len(self._untold) > self.pods.max_unshown:  # bounded as the unshown pods are
+            for stale in [k for k in self._untold if not self.pods.unshown_pod(k)]:
+                del self._untold[stale]
+
+    def shown(self, pod: PodFacts) -> None:
+        """The watch showed ``pod`` (under the lock): the notices it missed while only filter
+        knew it go out now."""
+        if self._untold:
+            for notice in self._untold.pop(pod.key, ()):
+                self.ports.events.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
 
     def tick(self) -> float:
         """Now, with time applied (under the lock): expired deadlines end their rounds; pods

@@ -74,6 +74,7 @@ class CacheSink:
         ctx = self.ctx
         with ctx.cond:
             ledger.pod_changed(ctx.devices, ctx.pods, ctx.state, pod)
+            ctx.shown(pod)
             ctx.rounds.changed(pod, ctx.clock())
             ctx.arrivals.noted(pod, ctx.pods, ctx.clock())
 
@@ -128,6 +129,7 @@ class CacheSink:
                 ledger.pods_relisted(ctx.devices, ctx.pods, ctx.state, pods)
                 ctx.rounds.clear()
                 for pod in pods:
+                    ctx.shown(pod)
                     ctx.rounds.changed(pod, ctx.clock())
                 listed = {p.key for p in pods}
                 ctx.state.drop_bound_slots_except(listed)
