@@ -216,6 +216,8 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         {verb: _r(_hist_sum(result.extender_metrics, "railyard_verb_duration_seconds", verb=verb) * 1000
                   / len(binds), 4) if binds else None for verb in ("filter", "prioritize", "bind")}
         if result.extender_metrics else None)
+    out["apiserver_writes_per_pod"] = apiserver_writes(result.apiserver_metrics,
+                                                       sum(r.created is not None for r in recs.values()))
     out["kueue"] = kueue_numbers(result, gangs, by_job) if result.workloads else None
     pct = result.percentage_of_nodes_to_score
     out["percentage_of_nodes_to_score"] = pct
@@ -239,6 +241,37 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                               for verb in ("filter", "prioritize")}
     series["gangs_per_leaf"] = _gangs_per_leaf(complete, by_job, paths)
     return out, series
+
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
+
+
+def apiserver_writes(metrics: tuple[str, str], pods: int) -> dict[str, float] | None:
+    """The writes the API server served during the arm (``apiserver_request_total`` at its end
+    less at its start, every client and response code), per pod created, by ``VERB
+    resource[/subresource]``, most first, with their ``total``; entries under 0.01 per pod are
+    left out of the breakdown, not the total. None without both scrapes. Every write is an etcd
+    write and a watch event to every watcher of its kind (railyard's pod watch included)."""
+    before, after = (_write_counts(text) for text in metrics)
+    if not before or not after or not pods:
+        return None
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    out = {k: _r(v / pods, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v / pods >= 0.01}
+    return {"total": _r(sum(delta.values()) / pods, 2), **out}
+
+
+def _write_counts(text: str) -> dict[str, float]:
+    name = "apiserver_request"
+    lines = "\n".join(line for line in text.splitlines() if line.startswith(name + "_total{") or
+                       line.startswith(f"# TYPE {name}_total "))
+    acc: dict[str, float] = defaultdict(float)
+    for family in _families(lines, name):
+        for s in family.samples:
+            verb = s.labels.get("verb", "")
+            if s.name == name + "_total" and verb in WRITE_VERBS:
+                what = s.labels.get("resource", "") + ("/" + s.labels["subresource"] if s.labels.get("subresource") else "")
+                acc[f"{verb} {what}"] += s.value
+    return dict(acc)
 
 
 def attempts_per_pod(result: ArmResult, jobs: list[Job]) -> dict[str, Any]:

@@ -59,6 +59,14 @@ class Kube:
             raise RuntimeError(f"GET {path}: HTTP {r.status}")
         return orjson.loads(r.data)
 
+    def text(self, path: str) -> str:
+        """GET a text document (the API server's /metrics), or a comment saying why not."""
+        try:
+            r = self.pool.request("GET", self.url + path)
+        except urllib3.exceptions.HTTPError as exc:
+            return f"# GET {path} failed: {exc}\n"
+        return r.data.decode() if r.status == 200 else f"# GET {path}: HTTP {r.status}\n"
+
     def watch_pool(self) -> urllib3.PoolManager:
         return urllib3.PoolManager(num_pools=1, maxsize=1,
                                    timeout=urllib3.Timeout(connect=5, read=None), **self._kw)

@@ -167,6 +167,15 @@ def _attempts(key: str) -> Any:
     return cell
 
 
+def _writes(arm: dict[str, Any]) -> str:
+    """The API server's writes per pod: the total, then its three largest kinds."""
+    w = arm.get("apiserver_writes_per_pod")
+    if not w:
+        return "-"
+    top = [f"{k} {v:g}" for k, v in w.items() if k != "total"][:3]
+    return f"{w['total']:g} ({', '.join(top)})"
+
+
 KEY_ROWS = (
     ("throughput pods/s avg", ("throughput_pods_per_s", "avg")),
     ("throughput pods/s p50 (1 s samples)", ("throughput_pods_per_s", "p50")),
@@ -218,6 +227,7 @@ KEY_ROWS = (
       for p in ("kube-scheduler", "kube-apiserver", "etcd", "kwok", "railyard", "kueue", "harness")),
     ("scheduler attempts per pod, all pods (scheduled / unschedulable)", _attempts("scheduler_attempts_per_pod")),
     ("scheduler attempts per gang member (scheduled / unschedulable)", _attempts("scheduler_attempts_per_gang_member")),
+    ("API server writes per pod, every client (largest kinds)", _writes),
     ("pods bound / total", None),
     ("cluster up s", ("cluster_up_s",)),
 )

@@ -29,6 +29,9 @@ from bench.harness.workload import Job
 from extender import topotext
 from extender.localcluster import cluster, config as localconfig, pki as pki_mod
 
+#: The API server's /metrics at the start and at the end of an arm (gzipped: 1-2 MB of text each).
+APISERVER_METRICS = ("apiserver-metrics-start.prom.gz", "apiserver-metrics-end.prom.gz")
+
 
 @dataclass
 class PodRecord:
@@ -78,6 +81,9 @@ class ArmResult:
     holds: list[dict[str, Any]] = field(default_factory=list)
     """Arms with railyard: what it held per node and gang, from its topology view, each time that
     changed (``holds.ViewPoller``); [] for the others and in directories from before issue 23."""
+    apiserver_metrics: tuple[str, str] = ("", "")
+    """The API server's /metrics at t0 and at the end of the arm, for what it wrote meanwhile
+    (``analysis.apiserver_writes``); empty in directories from before issue 21's second round."""
 
 
 class PodWatcher(kube_mod.Watch):
@@ -197,6 +203,7 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
             samples[name]["switches"] = cpu_mod.switches(info.pids)
 
     mark("start", 0)
+    apiserver_before = kube.text("/metrics")
 
     def create_pod(body: dict[str, Any]) -> None:
         if kube.create(pod_path, body):
@@ -297,6 +304,7 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
             result.notes.append(f"Workload watch reconnected after: {workloads.error}")
         result.kueue_metrics = kueue_mod.scrape(info.kueue["metrics"], token)
     result.scheduler_metrics = _scrape(f"https://127.0.0.1:{info.ports.scheduler}/metrics")
+    result.apiserver_metrics = (apiserver_before, kube.text("/metrics"))
     if info.extender_url:
         result.extender_metrics = _scrape(f"http://127.0.0.1:{info.ports.extender}/metrics")
     return result
@@ -344,6 +352,9 @@ def save(result: ArmResult, directory: Path) -> None:
         "percentage_of_nodes_to_score": result.percentage_of_nodes_to_score,
         "load_average_1m": result.load_average_1m, "started": result.started}, indent=1))
     (directory / "scheduler-metrics.prom").write_text(result.scheduler_metrics)
+    for name, text in zip(APISERVER_METRICS, result.apiserver_metrics):
+        if text:
+            (directory / name).write_bytes(gzip.compress(text.encode()))
     if result.extender_metrics:
         (directory / "extender-metrics.prom").write_text(result.extender_metrics)
     if result.kueue_metrics:
@@ -360,6 +371,8 @@ def load(directory: Path, arm: str) -> ArmResult:
     pods = {p["name"]: PodRecord(**p) for p in json.loads((directory / "pods.json").read_text())}
     ext, kueue_metrics, workloads, held = (directory / f for f in ("extender-metrics.prom", "kueue-metrics.prom",
                                                                     "workloads.json", "holds.json.gz"))
+    before, after = (gzip.decompress(p.read_bytes()).decode() if p.exists() else ""
+                     for p in (directory / f for f in APISERVER_METRICS))
     return ArmResult(arm, pods, meta["end"], meta["cluster_up_s"], meta["create_errors"],
                      extender_metrics=ext.read_text() if ext.exists() else "",
                      scheduler_metrics=(directory / "scheduler-metrics.prom").read_text(),
@@ -372,7 +385,8 @@ def load(directory: Path, arm: str) -> ArmResult:
                      workloads={w["name"]: kueue_mod.WorkloadRecord(**w) for w in json.loads(workloads.read_text())}
                      if workloads.exists() else {},
                      kueue_metrics=kueue_metrics.read_text() if kueue_metrics.exists() else "",
-                     holds=json.loads(gzip.decompress(held.read_bytes())) if held.exists() else [])
+                     holds=json.loads(gzip.decompress(held.read_bytes())) if held.exists() else [],
+                     apiserver_metrics=(before, after))
 
 
 def _percentage_or_unknown(directory: Path) -> int | None | str:

@@ -334,3 +334,40 @@ def test_an_arm_directory_from_before_issue_13_loads_without_cpu_samples(tmp_pat
     (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster" / "scheduler-config.yaml").write_text("percentageOfNodesToScore: 100\n")
     assert runner.load(tmp_path, "A").percentage_of_nodes_to_score == 100
+
+
+# ------------------------------------------------------------------ the API server's writes
+
+# The counter as kube-apiserver v1.37 exposes it (staging/src/k8s.io/apiserver/pkg/endpoints/
+# metrics/metrics.go, ``requestCounter``: verb, dry_run, group, version, resource, subresource,
+# scope, component, code).
+_REQUESTS = """# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} %d
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} %d
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} %d
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="namespace",subresource="",verb="POST",version="v1"} %d
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} %d
+# HELP apiserver_request_duration_seconds [STABLE] Response latency distribution in seconds.
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1",le="0.005"} 3
+"""
+
+
+def test_apiserver_writes_are_the_arms_difference_per_pod_by_verb_and_resource():
+    before = _REQUESTS % (100, 10, 0, 50, 7)
+    after = _REQUESTS % (300, 610, 100, 51, 900)
+    w = analysis.apiserver_writes((before, after), 200)
+    # Writes only (the LIST is left out), every response code counted, under 0.01 per pod left
+    # out of the breakdown but not of the total.
+    assert w == {"total": 4.5, "PATCH pods/status": 3.5, "POST pods/binding": 1.0}
+    assert list(w) == ["total", "PATCH pods/status", "POST pods/binding"]
+    assert analysis.apiserver_writes(("", after), 200) is None
+    assert analysis.apiserver_writes(("# GET /metrics: HTTP 403\n", after), 200) is None
+    assert report._writes({"apiserver_writes_per_pod": w}) == "4.5 (PATCH pods/status 3.5, POST pods/binding 1)"
+
+
+def test_an_arms_apiserver_scrapes_are_saved_and_loaded_again(tmp_path):
+    result = runner.ArmResult("B", {}, 5.0, 1.0, apiserver_metrics=(_REQUESTS % (1, 2, 3, 4, 5), _REQUESTS % (2, 3, 4, 5, 6)))
+    runner.save(result, tmp_path)
+    assert runner.load(tmp_path, "B").apiserver_metrics == result.apiserver_metrics
