@@ -154,7 +154,8 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         if not done:
             continue
         complete.append(job)
-        spread.append(t_complete - min(m.bound for m in bound))
+        first_bound = min(m.bound for m in bound)
+        spread.append(t_complete - first_bound)
         created = [m.created for m in members if m.created is not None]
         if created:
             ttb.append(t_complete - min(created))
@@ -166,7 +167,6 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
         at_creation = free_gpus(recs, caps, own, min(created)) if created else None
-        first_bound = min(m.bound for m in bound)
         held = held_fewest(recs, caps, paths, job, own, min(created), first_bound, t_complete) if created else None
         records[job.name] = {**pergang.record(job, member_paths, paths, free, at_creation, t_complete),
                              "fewest_held": held,

@@ -68,8 +68,7 @@ class Context:
                 if pod is None:
                     continue
                 if not self.pods.unshown_pod(key):
-                    self.ports.events.event(pod, notice.reason, notice.message,
-                                            "Warning" if notice.warning else "Normal")
+                    self._tell(pod, notice)
                 else:  # known from filter alone so far (the watch lags): told once the watch shows it
                     self._untold_notice(key, notice)
         if wake:
@@ -88,7 +87,10 @@ class Context:
         knew it go out now."""
         if self._untold:
             for notice in self._untold.pop(pod.key, ()):
-                self.ports.events.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
+                self._tell(pod, notice)
+
+    def _tell(self, pod: PodFacts, notice: Notice) -> None:
+        self.ports.events.event(pod, notice.reason, notice.message, "Warning" if notice.warning else "Normal")
 
     def tick(self) -> float:
         """Now, with time applied (under the lock): expired deadlines end their rounds; pods
