@@ -6,6 +6,8 @@ the gang book's; this does the waiting and the Eviction API calls, outside the s
                                    the state without its victims; then, outside the lock, a dry-run
                                    eviction of every victim, and only if none is refused, the
                                    evictions (kube-scheduler is told to evict nothing itself)
+    an eviction call that fails -> asked again (``EVICTION_ATTEMPTS``): a timeout or a 5xx is no
+                                   refusal, and the call may have evicted the pod all the same
     an eviction refused (a PDB) -> the reservation goes, the pod is protected for
                                    ``preemption.blocked_seconds``, the gang chooses again at once
                                    (the next-best domain, or it waits with the reason)
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -46,6 +49,11 @@ log = logging.getLogger("railyard.preempt")
 
 MAX_EVICTION_THREADS = 8
 """Eviction calls of one preemption in flight at once."""
+EVICTION_ATTEMPTS = 3
+EVICTION_RETRY_SECONDS = 1.0
+"""An eviction call that fails (no answer, a 5xx) is made again this many times in all, this long
+apart, before it counts as a refusal: taken for one, it would send the gang to another domain
+and evict there too, while the pods of the first that were evicted are gone for nothing."""
 RECHOOSE_SECONDS = 2.0
 """A gang that found nothing to preempt does not look again for this long: every member's
 scheduling attempt asks, and a choice costs tens of milliseconds at thousands of nodes."""
@@ -75,6 +83,8 @@ class GangPreemption:
         self.settings = ctx.settings.preemption
         self.run = run or (lambda job: threading.Thread(target=job, name="railyard-evict", daemon=True).start())
         """Runs a job outside the lock: a thread of its own (tests run it inline)."""
+        self.sleep: Callable[[float], None] = time.sleep
+        """Waits between the attempts of an eviction call (outside the lock)."""
         self._active: dict[str, Preemption] = {}
         self._leaving: dict[str, float] = {}
         """uid -> when railyard evicted it; until the watch shows it gone (or it is forgotten)."""
@@ -225,12 +235,19 @@ class GangPreemption:
         self.start(jobs)
 
     def _ask(self, victims: Sequence[PodFacts], dry_run: bool) -> dict[str, str]:
-        """pod key -> why its eviction was refused (or failed), for the victims that were."""
+        """pod key -> why its eviction was refused (or failed every attempt), for the victims that were."""
         def one(v: PodFacts) -> str | None:
-            try:
-                return self.ctx.ports.evictions.evict(v.ref, dry_run=dry_run)
-            except Exception as exc:  # the binder's errors carry the API server's words
-                return str(exc)
+            attempt = 1
+            while True:
+                try:
+                    return self.ctx.ports.evictions.evict(v.ref, dry_run=dry_run)
+                except Exception as exc:  # the binder's errors carry the API server's words
+                    if attempt == EVICTION_ATTEMPTS:
+                        return f"{exc} (tried {attempt} times)"
+                    log.warning("evicting %s failed (attempt %d of %d, dry run: %s), asking again in %gs: %s",
+                                v.key, attempt, EVICTION_ATTEMPTS, dry_run, EVICTION_RETRY_SECONDS, exc)
+                    attempt += 1
+                    self.sleep(EVICTION_RETRY_SECONDS)
 
         with ThreadPoolExecutor(max_workers=max(1, min(MAX_EVICTION_THREADS, len(victims)))) as pool:
             answers = list(pool.map(one, victims))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+from extender.adapters.k8s.errors import Unavailable
 from extender.core.errors import GangUnreserved
 from extender.core.gangs.lifecycle import Phase
 from extender.settings import PreemptionSettings, Settings
@@ -20,23 +21,29 @@ REQUIRED = {"railyard.io/min-member": "4", "railyard.io/required-topology": "nvl
 class EvictingBinder(MemoryBinder):
     """Records dry runs and evictions; ``refuse`` maps pod keys to the API server's refusal."""
 
-    def __init__(self, refuse: dict[str, str] | None = None):
+    def __init__(self, refuse: dict[str, str] | None = None, fail: dict[str, int] | None = None):
         super().__init__()
         self.asked: list[str] = []
         self.evicted: list[str] = []
         self.refuse = dict(refuse or {})
+        self.fail = dict(fail or {})
+        """pod key -> how many more real eviction calls for it fail (no answer) before one passes."""
 
     def evict(self, pod, dry_run=False):
         key = pod.key
         with self.lock:
+            if not dry_run and self.fail.get(key, 0) > 0:
+                self.fail[key] -= 1
+                raise Unavailable(f"POST /api/v1/namespaces/lo/pods/{pod.name}/eviction: timed out")
             (self.asked if dry_run else self.evicted).append(key)
         return self.refuse.get(key)
 
 
-def service(running, settings=Settings(), refuse=None):
-    binder, clock = EvictingBinder(refuse), Clock()
+def service(running, settings=Settings(), refuse=None, fail=None):
+    binder, clock = EvictingBinder(refuse, fail), Clock()
     ext = Extender(settings, binder, clock=clock)
     ext.preemption.run = lambda job: job()  # the Eviction API calls, inline
+    ext.preemption.sleep = lambda seconds: None
     from extender import topotext
     ext.relisted("nodes", topotext.load(FOUR_NVL).nodes)
     ext.relisted("pods", running)
@@ -130,6 +137,33 @@ def test_a_refused_eviction_moves_the_choice_to_the_next_domain():
     assert binder.evicted == [f"lo/p-b{i}" for i in range(1, 5)]  # nothing evicted in n1: no waste
     assert events(binder, "PreemptionBlocked")[0] == (
         f"gang ml/llama: evicting lo/p-a2 was refused ({refusal}); choosing again without it for 30s")
+    assert ext.debug_gangs()[0].reason.startswith("evicting 4 pods of priority 100 in nvlink b1/r1/n2")
+
+
+def test_an_eviction_call_that_fails_is_made_again_and_the_gang_stays_in_its_domain():
+    # Under load an eviction call can time out (and may have evicted the pod all the same):
+    # taken for a refusal, it would send the gang to the next domain and evict 4 more there.
+    running = [low(n) for n in NODES]
+    ext, binder, _ = service(running, fail={"lo/p-a2": 2})
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
+    assert sorted(binder.evicted) == [f"lo/p-a{i}" for i in range(1, 5)]
+    assert events(binder, "PreemptionBlocked") == []
+    assert ext.debug_gangs()[0].reason.startswith("evicting 4 pods of priority 100 in nvlink b1/r1/n1")
+
+
+def test_an_eviction_call_that_fails_every_time_counts_as_refused():
+    running = [low(n) for n in NODES]
+    ext, binder, _ = service(running, fail={"lo/p-a2": 3})
+    members = high()
+    for p in members:
+        ext.pod_upserted(p)
+    assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
+    blocked = events(binder, "PreemptionBlocked")[0]  # one per member
+    assert blocked == ("gang ml/llama: evicting lo/p-a2 was refused (POST /api/v1/namespaces/lo/pods/p-a2/eviction: "
+                       "timed out (tried 3 times)); choosing again without it for 30s")
     assert ext.debug_gangs()[0].reason.startswith("evicting 4 pods of priority 100 in nvlink b1/r1/n2")
 
 
