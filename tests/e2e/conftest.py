@@ -13,6 +13,9 @@
 - ``controller_binaries``: what ``local_cluster(..., workload_controllers=("jobset", "lws", "trainer"))``
   needs (the optional JobSet, LeaderWorkerSet and Kubeflow Trainer builds), or skip / fail.
 
+When an e2e test fails, the end of each running cluster's railyard log (``logs/extender*.log``)
+is attached to its report: a flake seen once in CI can be read without running it again.
+
 Binaries: with ``CI=true`` they are built if missing and any failure fails the tests; without
 it, e2e tests skip (with a reason) when the binaries were never built, instead of starting a
 long Go build inside a test run. ``railyard cluster build`` builds them.
@@ -32,6 +35,12 @@ from extender.localcluster import binaries, cluster, kueue as kueue_mod, workloa
 from extender.localcluster.errors import ClusterError
 
 from .helpers import Cluster, core_api, default_nodes, node_list, run_railyard
+
+
+LOG_TAIL_LINES = 120
+"""Lines of each railyard log attached to a failed e2e test's report."""
+_running: list[Path] = []
+"""Workdirs of the clusters up now (every starter's), for the failure report."""
 
 
 def _in_ci() -> bool:
@@ -144,6 +153,7 @@ class ClusterStarter:
         for key, value in (extender_settings or {}).items():
             args += ["--extender-set", f"{key}={json.dumps(value)}"]
         self._workdirs.append(workdir)  # before `up`: stop_all also cleans a half start
+        _running.append(workdir)
         result = run_railyard(*args, check=False)
         if result.returncode != 0:
             pytest.fail(f"railyard {' '.join(args)} exited {result.returncode}:\n{result.stderr}", pytrace=False)
@@ -152,7 +162,10 @@ class ClusterStarter:
 
     def stop_all(self) -> None:
         while self._workdirs:
-            cluster.down(self._workdirs.pop(), quiet=True)
+            workdir = self._workdirs.pop()
+            if workdir in _running:
+                _running.remove(workdir)
+            cluster.down(workdir, quiet=True)
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +192,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed e2e test's report ends with the last lines of every running railyard's log."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed or call.when == "teardown":
+        return
+    for workdir in _running:
+        for log in sorted((workdir / "logs").glob("extender*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"{workdir.name}/{log.name} (last {len(lines)} lines)", "\n".join(lines)))
