@@ -126,6 +126,7 @@ class CacheSink:
                 self.redetect(force=True)
             elif kind == "pods":
                 pods = [p for p in objects if isinstance(p, PodFacts)]
+                before = ctx.pods.uids()
                 ledger.pods_relisted(ctx.devices, ctx.pods, ctx.state, pods)
                 ctx.rounds.clear()
                 for pod in pods:
@@ -136,12 +137,14 @@ class CacheSink:
                 self.preemption.relisted({p.uid or p.key for p in pods})
                 ctx.arrivals.prune(ctx.pods.has_pending)
                 # A member deleted while the watch was down sent no delete event: the relist
-                # is the only news of it. Its gang is planned again now, as pod_deleted would,
-                # not held for the missing member until its deadline. (Keyed by name: a pod
-                # recreated under the same name meanwhile is not seen as lost.)
+                # is the only news of it (not listed, or listed under another uid: recreated
+                # under its name). Its gang is planned again now, as pod_deleted would, not
+                # held for the missing member until its deadline.
+                uids = {p.key: p.uid for p in pods}
+                lost = {k for k, uid in before.items() if uids.get(k) not in (None, "", uid)}
                 released = False
                 for rec in ctx.book.records():
-                    gone = next((m for m in rec.members if m not in listed), None)
+                    gone = next((m for m in rec.members if m not in listed or m in lost), None)
                     if gone is not None and ctx.book.member_deleted(rec.key, gone):
                         released = True
                 if released:

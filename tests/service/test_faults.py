@@ -4,6 +4,7 @@ clock, the real service."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 from extender import topotext
@@ -181,6 +182,20 @@ def test_a_member_deleted_while_the_watch_was_down_releases_the_gang_at_the_reli
     plan_h = steer(ext, again)
     ext.relisted("pods", [*topotext.load(TWO_RACKS).filler_pods(), pods[0], *again])
     assert [(g.phase, dict(g.plan)) for g in ext.debug_gangs() if g.gang == "ml/h"] == [("planned", plan_h)]
+
+
+def test_a_member_recreated_under_its_name_while_the_watch_was_down_releases_the_gang_at_the_relist():
+    """A controller that names its pods (LeaderWorkerSet, a StatefulSet) deleted a member and
+    created it again while the watch was down: the relist shows the name under a new uid. The
+    member railyard held a slot for is gone all the same: planned again, as on the events."""
+    ext, binder, pods, plan, errors, t = first_member_waiting()
+    again = copy.deepcopy(pods[1])
+    again["metadata"]["uid"] = "uid-ml-g-1-again"
+    ext.relisted("pods", [*topotext.load(TWO_RACKS).filler_pods(), pods[0], again])
+    t.join(5)
+    assert not t.is_alive()
+    assert str(errors["g-0"]) == "member ml/g-1 was deleted while gang ml/g waited; planning again"
+    assert binder.bound == []
 
 
 def test_a_taint_the_members_do_not_tolerate_releases_the_gang_one_they_tolerate_does_not():
