@@ -133,8 +133,8 @@ class PermitGate:
         with ctx.cond:
             compensate = ctx.book.bindings_done(gang, results, members, ctx.clock())
             if compensate is None:
-                for key in members:
-                    ctx.pods.took_bound(key)
+                for key, (_, node) in members.items():
+                    ctx.pods.took_bound(key, node)
                 ctx.cond.notify_all()
                 return
         # Compensate: never leave part of a gang bound. Evict the members bound so the gang
@@ -158,7 +158,7 @@ class PermitGate:
         with ctx.cond:
             outcome = ctx.book.later_bound(gang, key, uid, error, ctx.clock())
             if outcome.kind == BOUND:
-                ctx.pods.took_bound(key)
+                ctx.pods.took_bound(key, node)
             ctx.changed()
         return outcome
 

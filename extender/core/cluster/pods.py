@@ -2,7 +2,8 @@
 
 - pending: unbound, unfinished pods that ask for GPUs or name a gang, by key and by gang
   (planning a gang reads its members without scanning the cluster's pending pods);
-- bound: bound pods of named gangs, by uid and by gang (preempt, replacements);
+- bound: bound pods of named gangs, by uid and by gang (preempt, replacements), railyard's own
+  Bindings included before the watch shows them;
 - done: leads (``PodFacts.lead``) that ran and Succeeded, by gang, until deleted: members of
   their gang that need no slot again (an initializer that finished before the others existed);
 - running: every bound, unfinished pod by node and uid (who a preemption may evict);
@@ -24,6 +25,7 @@ with ``now`` by the service on every call):
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Mapping
 
 from extender.core.model import PodFacts
@@ -134,10 +136,18 @@ class PodIndex:
         if not pod.node:
             self._pend(pod)
 
-    def took_bound(self, key: str) -> None:
-        """railyard bound the pod; the watch will show it."""
+    def took_bound(self, key: str, node: str) -> None:
+        """railyard bound the pod to ``node``; the watch will show it. Until it does, a member of
+        a named gang counts as bound there (``bound_pods``): a next round of its gang, planned
+        before the watch caught up, must not ask for a member again. Its GPUs stay counted by
+        the slot railyard bound it to (``state.keep_bound``), not here."""
+        pod = self._pending.get(key) or self._seen.get(key)
         self._unpend(key)
         self._shown(key)  # the API server took its Binding: it exists
+        if pod is not None and pod.gang.named:
+            uid = pod.uid or pod.key
+            self._bound[uid] = replace(pod, node=node)
+            self._bound_by_gang.setdefault(pod.gang.key, set()).add(uid)
 
     def expire(self, now: float) -> tuple[list[PodFacts], list[PodFacts]]:
         """Forget the oldest unshown pods past the bounds, then what filter saw ``ttl`` or more
@@ -179,6 +189,12 @@ class PodIndex:
 
     def pending_pod(self, key: str) -> PodFacts | None:
         return self._pending.get(key)
+
+    def uids(self) -> dict[str, str]:
+        """key -> uid of every pending or bound pod the watch showed (what a relist compares)."""
+        known = {p.key: p.uid for p in self._bound.values() if p.uid}
+        known.update((k, p.uid) for k, p in self._pending.items() if p.uid and k not in self._unshown)
+        return known
 
     def bound_named(self, key: str) -> PodFacts | None:
         return next((p for p in self._bound.values() if p.key == key), None)

@@ -64,9 +64,20 @@ def test_the_watch_showing_a_pod_later_makes_it_kept():
 def test_a_pod_railyard_bound_is_never_forgotten_as_unshown():
     pods = PodIndex()
     pods.filtered(facts("a-0"), now=100.0)
-    pods.took_bound("ml/a-0")
+    pods.took_bound("ml/a-0", "h1")
     assert pods.expire(1000.0) == ([], [])
     assert pods.forgotten == 0
+
+
+def test_a_member_railyard_bound_counts_as_bound_there_before_the_watch_shows_it():
+    """A next round of its gang, planned before the watch caught up, must not ask for it again."""
+    pods, state = PodIndex(), ClusterState()
+    pods.changed(facts("a-0", gang="a"), state)
+    pods.took_bound("ml/a-0", "h1")
+    assert pods.pending_of("ml/a") == []
+    assert [(p.key, p.node) for p in pods.bound_pods("ml/a")] == [("ml/a-0", "h1")]
+    pods.deleted(facts("a-0", gang="a"), state)  # deleted before the watch showed it bound
+    assert pods.bound_pods("ml/a") == []
 
 
 def test_past_the_count_the_oldest_unshown_pods_are_forgotten_first():

@@ -261,7 +261,7 @@ class GangBookMachine(RuleBasedStateMachine):
         if gang == LEAD_GANG:
             assert self.lead_ran or LEAD in members, f"{sorted(members)} bound before the lead of {gang}"
         for key, (uid, node) in members.items():
-            self.pods.took_bound(key)
+            self.pods.took_bound(key, node)
             if key in self.live and self.live[key].uid == uid:
                 was = self.live[key]
                 self.live[key] = PodFacts(was.namespace, was.name, uid, was.gang, node=node, phase="Running",
