@@ -105,6 +105,8 @@ class GangChange:
     previous: str
     event: str
     reason: str
+    origin: str = ""
+    """The workload the gang came from and where its size was read (``whatif.origin``)."""
 
     @classmethod
     def of(cls, rec: GangRecord, previous: Phase | None = None, event: Event | None = None) -> GangChange:

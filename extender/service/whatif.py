@@ -241,14 +241,18 @@ def explain(ctx: Context, pod_key: str, now: float) -> Explanation | None:
 def watch(ctx: Context, sink: Callable[[GangChange], None]) -> tuple[list[GangChange], Callable[[], None]]:
     """Subscribe ``sink`` to gang phase changes (under the lock). Returns every gang as it is
     now (so nothing falls between the listing and the first change) and a function that
-    unsubscribes. ``sink`` is called under the service lock: it must only enqueue."""
-    ctx.watchers.append(sink)
-    listing = [GangChange.of(rec) for rec in ctx.book.records()]
+    unsubscribes. ``sink`` is called under the service lock: it must only enqueue. Each change
+    carries its gang's origin (read only while someone watches)."""
+    def told(change: GangChange) -> None:
+        sink(replace(change, origin=_gang_origin(ctx, change.gang)))
+
+    ctx.watchers.append(told)
+    listing = [replace(GangChange.of(rec), origin=_gang_origin(ctx, rec.key)) for rec in ctx.book.records()]
 
     def unsubscribe() -> None:
         with ctx.cond:
-            if sink in ctx.watchers:
-                ctx.watchers.remove(sink)
+            if told in ctx.watchers:
+                ctx.watchers.remove(told)
     return listing, unsubscribe
 
 

@@ -73,8 +73,8 @@ def test_watch_gangs_lists_then_streams_each_transition_with_its_reason():
     steer(ext, first)
     seen = []
     listing, stop = ext.watch_gangs(seen.append)
-    assert listing == [GangChange("ml/a", "planned", "", "", listing[0].reason)]
-    pods = gang("g", 2, 8)
+    assert listing == [GangChange("ml/a", "planned", "", "", listing[0].reason, origin="")]  # no size declared
+    pods = gang("g", 2, 8, annotations={"railyard.io/min-member": "2"})
     create(ext, pods)
     ext.filter(pods[0], NODES)
     ext.pod_deleted(pods[1])
@@ -84,6 +84,7 @@ def test_watch_gangs_lists_then_streams_each_transition_with_its_reason():
         ("ml/g", "planned", "member_lost", "pending"),
     ]
     assert seen[-1].reason == "member ml/g-1 was deleted while gang ml/g waited; planning again"
+    assert {e.origin for e in seen} == {"size 2 from railyard.io/min-member"}
     stop()
     ext.filter(pods[0], NODES)
     assert len(seen) == 3

@@ -79,7 +79,7 @@ def _slices(slices: Slices | None) -> pb.Slices | None:
 
 def _change(change: GangChange) -> pb.GangEvent:
     return pb.GangEvent(gang=change.gang, phase=change.phase, previous=change.previous, event=change.event,
-                        reason=change.reason)
+                        reason=change.reason, origin=change.origin)
 
 
 class ExtenderServicer(pb_grpc.ExtenderServicer):

@@ -263,15 +263,17 @@ class WatchGangsRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ...) -> None: ...
 
 class GangEvent(_message.Message):
-    __slots__ = ("gang", "phase", "previous", "event", "reason")
+    __slots__ = ("gang", "phase", "previous", "event", "reason", "origin")
     GANG_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     gang: str
     phase: str
     previous: str
     event: str
     reason: str
-    def __init__(self, gang: _Optional[str] = ..., phase: _Optional[str] = ..., previous: _Optional[str] = ..., event: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    origin: str
+    def __init__(self, gang: _Optional[str] = ..., phase: _Optional[str] = ..., previous: _Optional[str] = ..., event: _Optional[str] = ..., reason: _Optional[str] = ..., origin: _Optional[str] = ...) -> None: ...

@@ -192,10 +192,11 @@ def test_watch_gangs_lists_then_streams_changes(served):
     stream = served.stub.WatchGangs(pb.WatchGangsRequest(namespace="ml"), timeout=10)
     first = next(stream)
     assert (first.gang, first.phase, first.previous) == ("ml/a", "planned", "")
-    pods = gang("g", 2, 8)
+    pods = gang("g", 2, 8, annotations={"railyard.io/min-member": "2"})
     create(served.ext, pods)
     served.stub.Filter(pb.FilterRequest(pod=js(pods[0]), node_names=NODES))
     got = [next(stream) for _ in range(2)]
+    assert [e.origin for e in got] == ["size 2 from railyard.io/min-member"] * 2
     assert [(e.gang, e.previous, e.event, e.phase) for e in got] == [
         ("ml/g", "", "", "pending"), ("ml/g", "pending", "planned", "planned")]
     assert got[1].reason.startswith("gang ml/g: 2 pods, 16 GPUs on 2 nodes")
