@@ -398,3 +398,10 @@ def wait_released(cluster: Cluster, ns: str) -> None:
     wait_for(lambda: not any(g["gang"].startswith(f"{ns}/") and g["phase"].startswith(("planned", "waiting", "binding"))
                              for g in cluster.extender_gangs().values()),
              60, f"railyard to release the gangs of {ns}")
+
+
+def create_podgroup(client, api: tuple[str, str], ns: str, name: str, spec: dict[str, Any]) -> None:
+    group, version = api
+    kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
+        group, version, ns, "podgroups",
+        {"apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": name, "namespace": ns}, "spec": spec})

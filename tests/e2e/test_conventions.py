@@ -20,26 +20,19 @@ import json
 import re
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 
-from extender.localcluster import config as localconfig
-
-from .helpers import BindingWatch, delete_pods, gpu_pod, namespace, node_labels, wait_for, wait_released
+from .helpers import BindingWatch, create_podgroup, delete_pods, namespace, node_labels, wait_for, wait_released
+from .native import KUBERNETES, NATIVE_GATES, NATIVE_RUNTIME_CONFIG, PLUGIN_OFF, PLUGIN_ON, member, scheduler_config
 
 pytestmark = pytest.mark.e2e
 
 TOPOLOGY = "blocks=1 racks=2 nvl=2 nodes=2 gpus=8 scheme=topograph"
 LEAF = "network.topology.nvidia.com/leaf"
-NATIVE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}  # bench arm C
-NATIVE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
-#: kube-scheduler profile names: the gang plugin off (railyard the only gate) and on.
-PLUGIN_OFF, PLUGIN_ON = "railyard", "default-scheduler"
 #: Seconds between two members' creations: long enough that a scheduler that binds what it sees
 #: binds a member before the next exists (the issue's failure: 3 of 4 bound within 20 s).
 GAP = 2.0
@@ -47,19 +40,6 @@ BIND_TIMEOUT = 120
 
 VOLCANO = ("scheduling.volcano.sh", "v1beta1")
 KAI = ("scheduling.run.ai", "v2alpha2")
-KUBERNETES = ("scheduling.k8s.io", "v1beta1")
-
-
-def scheduler_config(tmp: Path) -> Path:
-    """The reference configuration (as ``cluster up`` generates it), with the GangScheduling
-    plugin disabled in profile ``railyard`` only."""
-    config = localconfig.scheduler_config(Path("bound-by-cluster-up"), localconfig.EXTENDER_URL_PLACEHOLDER + "/scheduler")
-    for profile in config["profiles"]:
-        if profile["schedulerName"] == PLUGIN_OFF:
-            profile["plugins"] = {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}}
-    path = tmp / "scheduler-config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +75,6 @@ def podgroup_crd(group: str, version: str) -> dict[str, Any]:
                  "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
     }
-
-
-def create_podgroup(client, api: tuple[str, str], ns: str, name: str, spec: dict[str, Any]) -> None:
-    group, version = api
-    kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
-        group, version, ns, "podgroups",
-        {"apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": name, "namespace": ns}, "spec": spec})
 
 
 _installed: dict[str, float] = {}
@@ -151,14 +124,6 @@ def ns(cluster):
     yield name
     delete_pods(cluster.core, name)
     wait_released(cluster, name)
-
-
-def member(name: str, *, annotations: dict[str, str] | None = None, scheduling_group: str | None = None,
-           scheduler_name: str | None = None) -> dict[str, Any]:
-    p = gpu_pod(name, 8, annotations=annotations, scheduler_name=scheduler_name)
-    if scheduling_group:
-        p["spec"]["schedulingGroup"] = {"podGroupName": scheduling_group}
-    return p
 
 
 def one_by_one(cluster, ns: str, pods: list[dict[str, Any]], watch: BindingWatch) -> float:

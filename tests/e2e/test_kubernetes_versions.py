@@ -40,13 +40,10 @@ from kubernetes.client import SchedulingV1Api, VersionApi
 from extender.localcluster import cluster as localcluster
 
 from .helpers import (
-    SIM_RUNTIME, BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, wait_for,
-    wait_for_phase, wait_released,
+    SIM_RUNTIME, BindingWatch, create_pods, create_podgroup, delete_pods, gang_pods, gpu_pod, names_of, namespace,
+    node_labels, wait_for, wait_for_phase, wait_released,
 )
-from .test_conventions import (
-    KUBERNETES, NATIVE_GATES, NATIVE_RUNTIME_CONFIG, PLUGIN_OFF, PLUGIN_ON, create_podgroup, member,
-    scheduler_config,
-)
+from .native import KUBERNETES, NATIVE_GATES, NATIVE_RUNTIME_CONFIG, PLUGIN_OFF, PLUGIN_ON, member, scheduler_config
 
 pytestmark = pytest.mark.e2e
 
@@ -193,7 +190,7 @@ def test_railyard_preempts_one_nvlink_domain_for_a_gang(cluster, ns, watch):
     create_pods(core, ns, members)
     bound = bound_gang(cluster, ns, watch, members, "llama")
     assert_cleared_one_nvlink_domain(core, ns, bound, fillers)
-    wait_for(lambda: any(m.startswith(f"evicting 4 pods of priority 100 in nvlink ") for m in preempting_events(core, ns)),
+    wait_for(lambda: any(m.startswith("evicting 4 pods of priority 100 in nvlink ") for m in preempting_events(core, ns)),
              30, "railyard's Preempting event")
 
 
