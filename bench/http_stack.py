@@ -49,6 +49,12 @@ def answer(loads, dumps, path: str, body: bytes, release: threading.Event) -> by
     return dumps({"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""})
 
 
+def relay(source, target: threading.Event) -> None:
+    """Sets ``target`` (this process's event) once ``source`` (the parent's) is set."""
+    source.wait()
+    target.set()
+
+
 STACKS = (("floor", "-"), ("stdlib", "json"), ("stdlib", "orjson"), ("aiohttp", "json"), ("aiohttp", "orjson"))
 
 
@@ -89,7 +95,7 @@ def serve_stdlib(port: int, codec: str, ready, release_evt) -> None:
 
     srv = S(("127.0.0.1", port), H)
     srv.daemon_threads = True
-    threading.Thread(target=lambda: (release_evt.wait(), release.set()), daemon=True).start()
+    threading.Thread(target=relay, args=(release_evt, release), daemon=True).start()
     ready.set()
     srv.serve_forever()
 
@@ -110,7 +116,7 @@ def serve_aiohttp(port: int, codec: str, ready, release_evt) -> None:
 
     app = web.Application(client_max_size=8 << 20)
     app.router.add_post("/scheduler/{verb}", handle)
-    threading.Thread(target=lambda: (release_evt.wait(), release.set()), daemon=True).start()
+    threading.Thread(target=relay, args=(release_evt, release), daemon=True).start()
     ready.set()
     web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=False, access_log=None)
 

@@ -174,6 +174,8 @@ def main() -> None:
     server.start()
     if not ready.wait(300):
         raise SystemExit("server did not start")
+    if server.pid is None:  # set by start()
+        raise SystemExit("server process has no pid")
     with ctx.Pool(1) as pool:
         pool.apply(client, (port.value, 0, args.warmup))
         spy = None

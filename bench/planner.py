@@ -40,9 +40,9 @@ def cluster(nodes: int) -> ClusterState:
                     lines.append(f"      nvl n{n}: {hosts}")
                     count += 4
     spec = topotext.parse("\n".join(lines) + "\n")
-    nodes = [ko.node_facts(n, DEFAULT_GPU_RESOURCE) for n in spec.nodes]
-    state = ClusterState(ko.detect_levels(nodes).levels)
-    for node in nodes:
+    facts = [ko.node_facts(n, DEFAULT_GPU_RESOURCE) for n in spec.nodes]
+    state = ClusterState(ko.detect_levels(facts).levels)
+    for node in facts:
         state.upsert_node(node)
     state.topology
     return state
@@ -104,11 +104,11 @@ def main() -> None:
     def one_plan():
         assert isinstance(plan(one, state.view()), Placement)
 
-    i = [0]
+    tick = [0]
 
     def pod_change():
-        i[0] += 1
-        state.upsert_pod(PodUsage(f"x{i[0] % 1000}", names[i[0] % len(names)], 1 + i[0] % 2))
+        tick[0] += 1
+        state.upsert_pod(PodUsage(f"x{tick[0] % 1000}", names[tick[0] % len(names)], 1 + tick[0] % 2))
 
     node = ko.node_facts(topotext.parse("core c0\n  spine s0\n    leaf l0\n      nvl n0: c0s0l0n0h0[4]\n").nodes[0],
                          DEFAULT_GPU_RESOURCE)
@@ -116,8 +116,8 @@ def main() -> None:
     changed = [node, replace(node, gpus=node.gpus * 2)]  # a real change each time, not a repeat
 
     def node_change():
-        i[0] += 1
-        state.upsert_node(changed[i[0] % 2])
+        tick[0] += 1
+        state.upsert_node(changed[tick[0] % 2])
 
     rows = [
         ("view + plan, 512 pods x 8 GPUs", timed(big_plan, args.repeat), 20e-3),

@@ -43,8 +43,17 @@ TRANSLATE = Translator(DEFAULT_GPU_RESOURCE)
 
 
 class NoBinder:
+    """Every port the service writes through, doing nothing: the benchmarks call filter and
+    prioritize only."""
+
     def bind_all(self, bindings):
         return [None] * len(bindings)
+
+    async def bind_async(self, pod, node):
+        return None
+
+    def evict(self, pod, dry_run=False):
+        return None
 
     def delete_pod(self, pod):
         pass
@@ -53,6 +62,9 @@ class NoBinder:
         return [None] * len(marks)
 
     def event(self, pod, reason, message, type_="Warning"):
+        pass
+
+    def deallocate_claim(self, namespace, name, uid, resource_version):
         pass
 
 

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import arms as arms_mod, cpu as cpu_mod, holds, pergang, preemption
 from bench.harness.pergang import LEVELS
-from bench.harness.runner import ArmResult, PodRecord
+from bench.harness.runner import ArmResult, PodRecord, bound_pods
 from bench.harness.scenario import HOSTNAME, LEVEL_KEYS
 from bench.harness.workload import Job
 
@@ -88,13 +88,14 @@ def held_fewest(recs: dict[str, PodRecord], caps: dict[str, int], paths: dict[st
     other pods took after that moment, until ``HELD_S`` after it bound (railyard reserves a
     planned gang's GPUs; the watch sees only the bindings). Free GPUs only grow between those
     moments as pods finish, so the first moment it fits allows the most domains. None if none."""
-    others = [r for r in recs.values() if r.name not in own and r.node in caps and r.bound is not None]
-    moments = [created, *sorted(r.finished for r in others if r.finished is not None and created < r.finished <= first_bound)]
+    others = [(r, at, node) for r, at, node in bound_pods(recs.values()) if r.name not in own and node in caps]
+    moments = [created, *sorted(r.finished for r, _, _ in others
+                                if r.finished is not None and created < r.finished <= first_bound)]
     for t in moments:
         free = free_gpus(recs, caps, own, t)
-        for r in others:
-            if t < r.bound <= bound + pergang.HELD_S:
-                free[r.node] = max(free[r.node] - r.gpus, 0)
+        for r, at, node in others:
+            if t < at <= bound + pergang.HELD_S:
+                free[node] = max(free[node] - r.gpus, 0)
         fewest = pergang.fewest_domains(paths, free, job.pods, job.gpus, job.required)
         if fewest is not None:
             return fewest
@@ -145,16 +146,16 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
     exposure = 0.0
     for job in gangs:
         members = by_job[job.name]
-        bound = [m for m in members if m.bound is not None]
+        bound = bound_pods(members)
         done = len(bound) == job.pods
-        t_complete = max(m.bound for m in bound) if done else result.end
-        for m in bound:
+        t_complete = max(at for _, at, _ in bound) if done else result.end
+        for m, at, _ in bound:
             until = min(t_complete, m.finished) if m.finished is not None else t_complete
-            exposure += max(0.0, until - m.bound)
+            exposure += max(0.0, until - at)
         if not done:
             continue
         complete.append(job)
-        first_bound = min(m.bound for m in bound)
+        first_bound = min(at for _, at, _ in bound)
         spread.append(t_complete - first_bound)
         created = [m.created for m in members if m.created is not None]
         if created:
@@ -162,7 +163,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
         own = {m.name for m in members}
         free = free_gpus(recs, caps, own, t_complete)
         possible = narrowest_possible(paths, free, job.pods, job.gpus)
-        member_paths = [paths[m.node] for m in bound]
+        member_paths = [paths[node] for _, _, node in bound]
         actual = shared_depth(member_paths)
         narrow.append(actual >= max(possible, 0))
         levels_landed.append((LEVELS[actual], LEVELS[max(possible, 0)]))
@@ -183,7 +184,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                                  "max": _r(max(spread)) if spread else None}
     out["narrowest_domain_fraction"] = _r(sum(narrow) / len(narrow)) if narrow else None
     out["partial_gang_pod_seconds"] = _r(exposure) if gangs else None
-    series = _timeline(recs, caps, jobs, result.end)
+    series: dict[str, Any] = _timeline(recs, caps, jobs, result.end)
     out["deadlocked_gangs"] = _deadlocks(gangs, by_job, float(workload.get("deadlock_wait_s", 300)),
                                          result.end, float(workload.get("deadlock_hold_s", 10))) if gangs else None
     out["utilization_mean"] = _r(sum(series["utilization"]) / len(series["utilization"])) if series["t"] else None
@@ -246,7 +247,7 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
 
 
-def apiserver_writes(metrics: tuple[str, str], pods: int) -> dict[str, float] | None:
+def apiserver_writes(metrics: tuple[str, str], pods: int) -> dict[str, float | None] | None:
     """The writes the API server served during the arm (``apiserver_request_total`` at its end
     less at its start, every client and response code), per pod created, by ``VERB
     resource[/subresource]``, most first, with their ``total``; entries under 0.01 per pod are
@@ -315,18 +316,18 @@ def kueue_numbers(result: ArmResult, gangs: list[Job], by_job: dict[str, list[Po
     From Kueue's metrics: ``admission_attempt_ms`` (one attempt of its scheduler, TAS included;
     every result), ``admission_attempts`` by result, ``admission_wait_s`` (created or requeued
     -> admitted, every Workload)."""
-    admitted = {w.job: w for w in result.workloads.values() if w.admitted is not None}
+    admitted = {w.job: w.admitted for w in result.workloads.values() if w.admitted is not None}
     to_admit, last_to_admit, to_bound = [], [], []
     for job in gangs:
-        w = admitted.get(job.name)
+        at = admitted.get(job.name)
         created = [m.created for m in by_job[job.name] if m.created is not None]
-        if w is None or len(created) < job.pods:
+        if at is None or len(created) < job.pods:
             continue
-        to_admit.append(w.admitted - min(created))
-        last_to_admit.append(max(0.0, w.admitted - max(created)))
+        to_admit.append(at - min(created))
+        last_to_admit.append(max(0.0, at - max(created)))
         bound = [m.bound for m in by_job[job.name] if m.bound is not None]
         if len(bound) == job.pods:
-            to_bound.append(max(0.0, max(bound) - w.admitted))
+            to_bound.append(max(0.0, max(bound) - at))
 
     def p(values: list[float]) -> dict[str, float | None]:
         return {"p50": _r(percentile(values, 50)), "p99": _r(percentile(values, 99))}
@@ -452,8 +453,8 @@ def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float
     run: dict[str, int] = defaultdict(int)
     """gang -> consecutive samples so far in which others' partial holdings covered its lack."""
     for second in range(0, int(end) + 1):
-        waiting = [j for j in gangs if j.name not in dead and first_created[j.name] is not None
-                   and second >= first_created[j.name] and incomplete(j, second)]
+        waiting = [j for j in gangs if j.name not in dead and (start := first_created[j.name]) is not None
+                   and second >= start and incomplete(j, second)]
         partial = {j.name: held(j, second) * j.gpus for j in gangs if incomplete(j, second)}
         blocked = set()
         for j in waiting:
@@ -462,7 +463,9 @@ def _deadlocks(gangs: list[Job], by_job: dict[str, list[PodRecord]], wait: float
                 blocked.add(j.name)
         for j in gangs:
             run[j.name] = run[j.name] + 1 if j.name in blocked else 0
-            if run[j.name] >= hold and second - first_created[j.name] > wait:
+            start = first_created[j.name]
+            # None: no member was created, so the gang never waited (``hold`` > 0 keeps its run at 0).
+            if run[j.name] >= hold and start is not None and second - start > wait:
                 dead.add(j.name)
     return len(dead)
 

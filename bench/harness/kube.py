@@ -22,8 +22,8 @@ class Kube:
 
     def __init__(self, api_url: str, pki: pki_mod.Pki) -> None:
         self.url = api_url
-        self._kw = dict(cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
-                        cert_file=str(pki.admin_cert), key_file=str(pki.admin_key), retries=False)
+        self._kw: dict[str, Any] = dict(cert_reqs="CERT_REQUIRED", ca_certs=str(pki.ca_cert),
+                                        cert_file=str(pki.admin_cert), key_file=str(pki.admin_key), retries=False)
         self.pool = urllib3.PoolManager(num_pools=2, maxsize=CREATE_THREADS + 2, block=True,
                                         timeout=urllib3.Timeout(connect=5, read=60), **self._kw)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness.runner import ArmResult, PodRecord
+from bench.harness.runner import ArmResult, PodRecord, bound_pods
 from bench.harness.workload import Job
 
 INF = 10**9
@@ -51,40 +51,41 @@ def analyse(result: ArmResult, jobs: list[Job], workload: dict[str, Any], paths:
         by_job.setdefault(r.job, []).append(r)
     starts = sorted((min((m.created for m in by_job[j.name] if m.created is not None), default=INF), j.name)
                     for j in preemptors)
-    victims: dict[str, list[PodRecord]] = {j.name: [] for j in preemptors}
+    victims: dict[str, list[str]] = {j.name: [] for j in preemptors}
+    """Preemptor -> the nodes of its victims."""
     preemptor_names = {j.name for j in preemptors}
     for r in recs.values():
         if r.deleted is None or r.job in preemptor_names or r.node is None:
             continue
         owner = max((s for s in starts if s[0] <= r.deleted), default=None)
         if owner is not None:
-            victims[owner[1]].append(r)
-    gangs = []
+            victims[owner[1]].append(r.node)
+    gangs: list[dict[str, Any]] = []
     for job in preemptors:
         members = by_job[job.name]
         created = [m.created for m in members if m.created is not None]
-        bound = [m for m in members if m.bound is not None]
+        bound = bound_pods(members)
         t0 = min(created) if created else None
         whole = len(bound) == job.pods
-        done = max(m.bound for m in bound) if whole else result.end
-        used = {m.node for m in bound}
+        done = max(at for _, at, _ in bound) if whole else result.end
+        used = {node for _, _, node in bound}
         depth = _shared_depth([paths[n] for n in used]) if used else 0
         mine = victims[job.name]
         required = levels.index(job.required) if job.required in levels else 0
-        homes = [paths[m.node][:required] for m in bound]
+        homes = [paths[node][:required] for _, _, node in bound]
         home = max(sorted(set(homes)), key=homes.count) if homes else ()
-        exposure = sum(max(0.0, min(done, m.finished if m.finished is not None else done) - m.bound) for m in bound)
+        exposure = sum(max(0.0, min(done, m.finished if m.finished is not None else done) - at) for m, at, _ in bound)
         gangs.append({
             "gang": job.name, "pods": job.pods, "gpus_per_pod": job.gpus, "priority": value[job.name],
             "bound_whole": whole,
             "time_to_bind_s": round(done - t0, 3) if whole and t0 is not None else None,
             "victims": len(mine),
             "needed": _needed(recs, value, job, t0, paths, caps, required) if t0 is not None else None,
-            "victims_outside_domain": sum(1 for v in mine if paths[v.node][:required] != home) if used else None,
-            "victims_off_gang_nodes": sum(1 for v in mine if v.node not in used) if used else None,
+            "victims_outside_domain": sum(1 for n in mine if paths[n][:required] != home) if used else None,
+            "victims_off_gang_nodes": sum(1 for n in mine if n not in used) if used else None,
             "domain_level": levels[depth] if used else None,
             "within_required": (depth >= required) if whole else None,
-            "victim_domains": len({paths[v.node][:required] for v in mine}) if required else None,
+            "victim_domains": len({paths[n][:required] for n in mine}) if required else None,
             "partial_gang_pod_seconds": round(exposure, 3),
         })
 
@@ -184,7 +185,7 @@ def targets(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:
-    rows = {a: arm.get("preemption") for a, arm in doc["arms"].items() if isinstance(arm, dict) and arm.get("preemption")}
+    rows = {a: arm["preemption"] for a, arm in doc["arms"].items() if isinstance(arm, dict) and arm.get("preemption")}
     if not rows:
         return []
     names = sorted(rows)

@@ -113,7 +113,7 @@ def targets(arms: dict[str, dict[str, Any]], ratio: dict[str, float | None]) -> 
     nb, nc = b.get("narrowest_domain_fraction"), c.get("narrowest_domain_fraction")
     met = None if nb is None or nc is None else nb >= nc
     add("narrowest-domain share B vs C", [nb, nc], "B >= C", met,
-        "" if not met is False else f"{nc - nb:.3f} below C")
+        "" if nb is None or nc is None or nb >= nc else f"{nc - nb:.3f} below C")
     t = ratio["time_to_bind_p99_railyard_vs_native"]
     add("gang time-to-bind p99 B/C", t, "<= 1.2", None if t is None else t <= 1.2,
         "" if t is None or t <= 1.2 else f"{t / 1.2:.2f}x the allowance")

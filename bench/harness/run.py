@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from bench.harness import analysis, arms as arms_mod, report, runner, scenario as scenario_mod, workload
 from extender import topotext
@@ -145,9 +146,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     runs = []
     for k in range(1, count + 1):
         run_dir = out if count == 1 else out / f"run-{k}"
-        run_meta = {"run": k, "dir": "." if count == 1 else run_dir.name,
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                    "load_average": {"start": _loadavg()}}
+        run_meta: dict[str, Any] = {"run": k, "dir": "." if count == 1 else run_dir.name,
+                                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                    "load_average": {"start": _loadavg()}}
         results, series, skipped = {}, {}, {}
         for name in arm_names:
             arm = arms_mod.ARMS[name]

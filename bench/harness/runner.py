@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from itertools import groupby, zip_longest
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterable, TextIO
 
 import yaml
 
@@ -45,6 +45,18 @@ class PodRecord:
     deleted: float | None = None
     """When the watch first saw the pod being deleted (``deletionTimestamp``) before it finished:
     a preemption victim (nothing else deletes pods during an arm)."""
+
+
+def bound_pods(recs: Iterable[PodRecord]) -> list[tuple[PodRecord, float, str]]:
+    """The pods of ``recs`` seen bound, each with when and on which node: the watch stamps both
+    at once, so a pod bound on no node is a broken record."""
+    out = []
+    for r in recs:
+        if r.bound is not None:
+            if r.node is None:
+                raise ValueError(f"bench: pod {r.name} bound at {r.bound:.3f} s on no node")
+            out.append((r, r.bound, r.node))
+    return out
 
 
 @dataclass
@@ -302,6 +314,8 @@ def _drive(arm: arms_mod.Arm, jobs: list[Job], workload: dict[str, Any], info: c
             result.workloads = dict(workloads.records)
         if workloads.error:
             result.notes.append(f"Workload watch reconnected after: {workloads.error}")
+        if info.kueue is None:
+            raise RuntimeError("bench: the cluster was started with Kueue but reports no Kueue state")
         result.kueue_metrics = kueue_mod.scrape(info.kueue["metrics"], token)
     result.scheduler_metrics = _scrape(f"https://127.0.0.1:{info.ports.scheduler}/metrics")
     result.apiserver_metrics = (apiserver_before, kube.text("/metrics"))
@@ -314,8 +328,8 @@ def _submit(arm, jobs, bodies, kube: kube_mod.Kube, create_pod, t0: list[float],
     """Create every job's objects at its arrival time, members from a thread pool."""
     pool = ThreadPoolExecutor(kube_mod.CREATE_THREADS, thread_name_prefix="bench-create")
     try:
-        for at, group in groupby(jobs, key=lambda j: j.at):
-            group = list(group)
+        for at, arriving in groupby(jobs, key=lambda j: j.at):
+            group = list(arriving)
             delay = t0[0] + at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -95,15 +96,17 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     nodes = topotext.load(scn.topology_text).nodes
     jobs = workload_mod.generate(workload, nodes, scn.seed)
     gpus = sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes)
-    meta = {"scenario": scn.name, "mode": scn.mode, "seed": scn.seed, "command": shlex.join(argv),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": run_mod._machine(),
-            "git": run_mod.git_state(), "load_average": {"start": run_mod._loadavg()},
-            "kubernetes": "v1.37.2", "kwok": "v0.7.0", "etcd": "v3.6.16", "arm": drive.ARM.title}
-    load = {"duration_s": duration, "nodes": len(nodes), "gpus": gpus,
-            "gangs": sum(j.kind == "gang" for j in jobs), "single_pods": sum(j.kind == "single" for j in jobs),
-            "pods": sum(j.pods for j in jobs),
-            **{k: workload[k] for k in ("sample_s", "warmup_s", "latency_window_s", "delete_finished_after_s",
-                                        "cordon", "restarts_at") if k in workload}}
+    meta: dict[str, Any] = {
+        "scenario": scn.name, "mode": scn.mode, "seed": scn.seed, "command": shlex.join(argv),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "machine": run_mod._machine(),
+        "git": run_mod.git_state(), "load_average": {"start": run_mod._loadavg()},
+        "kubernetes": "v1.37.2", "kwok": "v0.7.0", "etcd": "v3.6.16", "arm": drive.ARM.title}
+    load: dict[str, Any] = {
+        "duration_s": duration, "nodes": len(nodes), "gpus": gpus,
+        "gangs": sum(j.kind == "gang" for j in jobs), "single_pods": sum(j.kind == "single" for j in jobs),
+        "pods": sum(j.pods for j in jobs),
+        **{k: workload[k] for k in ("sample_s", "warmup_s", "latency_window_s", "delete_finished_after_s",
+                                    "cordon", "restarts_at") if k in workload}}
     print(f"bench: soak ({scn.mode}) for {duration:.0f}s: {len(nodes)} nodes, {gpus} GPUs, {load['gangs']} gangs "
           f"and {load['single_pods']} lone pods ({load['pods']} pods)", file=sys.stderr)
     started = time.monotonic()

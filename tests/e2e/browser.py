@@ -36,9 +36,10 @@ def find() -> str | None:
 
 class Chromium:
     def __init__(self, path: str | None = None, timeout: float = 30.0) -> None:
-        self.path = path or find()
-        if self.path is None:
+        found = path or find()
+        if found is None:
             raise FileNotFoundError(f"no browser: none of {', '.join(BROWSERS)} on PATH (apt-get install chromium)")
+        self.path = found
         self.timeout = timeout
         self._ids = itertools.count(1)
 
@@ -49,6 +50,7 @@ class Chromium:
              "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--remote-debugging-port=0",
              f"--user-data-dir={self._profile}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        assert self._proc.stderr is not None  # stderr=PIPE
         port_file = Path(self._profile) / "DevToolsActivePort"
         deadline = time.monotonic() + self.timeout
         while not port_file.exists() or not port_file.read_text().strip():
