@@ -416,6 +416,16 @@ def draining(gang: str, waited: float, bound: float, nodes: list[str], gpus: int
             f"are held for it; no other gang or GPU pod is placed on them")
 
 
+def awaiting_drain(topo: Topology, gang: str, drained: Domain, busy: int, gpus: int, wider: Placement,
+                   left: float) -> str:
+    """A drained gang waits for the GPUs held for it (``busy`` of ``gpus`` still in use, in
+    ``drained``) though it fits now in a wider domain (``wider``)."""
+    where = "across the cluster" if drained.level < 0 else f"in {topo.level_word(drained.level)} {format_path(drained.path)}"
+    return (f"gang {gang} waits for the GPUs held for it {where}, {busy} of {gpus} still in use, though it fits now "
+            f"{where_planned(topo, wider).removeprefix('planned ')}; it takes that wider domain if they are not free "
+            f"in {max(left, 0.0):.0f}s (gangs.max_preferred_wait_seconds)")
+
+
 def mark_failed(member: str, error: str) -> str:
     return f"recording the Binding round on {member} failed, so no member was bound: {error}"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from extender.core.gangs.book import GangRecord
+from extender.core.gangs.record import GangRecord
 from extender.core.gangs.lifecycle import Event, Phase
 from extender.core.model import Address
 from extender.core.placement.planner import DomainFit

@@ -17,7 +17,8 @@ from extender.core.cluster.pods import PodIndex
 from extender.core.cluster.state import ClusterState
 from extender.core.devices.ledger import DeviceLedger
 from extender.core.gangs import gangspec, settle
-from extender.core.gangs.book import GangBook, GangRecord, Notice
+from extender.core.gangs.book import GangBook, Notice
+from extender.core.gangs.record import GangRecord
 from extender.core.gangs.lifecycle import Event, Phase
 from extender.core.gangs.recovery import Rounds
 from extender.core.model import GangSpec, GroupFacts, PodFacts, PodRef
@@ -45,7 +46,8 @@ class Context:
         """The levels the settings name; None: detected from the nodes' labels."""
         self.state = ClusterState(self.fixed_levels or ())
         self.book = GangBook(self.state, ports.observer, on_step=self._publish,
-                             starvation_seconds=settings.gangs.starvation_seconds)
+                             starvation_seconds=settings.gangs.starvation_seconds,
+                             drain_patience_seconds=settings.gangs.max_preferred_wait_seconds)
         self.pods = PodIndex()
         self.groups: dict[tuple[str, str], GroupFacts] = {}
         """By ``GroupFacts.id``: a pod reads the group its own convention names."""

@@ -17,7 +17,8 @@ from typing import Any, Coroutine
 
 from extender.core import verdicts
 from extender.core.errors import BindingFailed, GangTimedOut, GangUnreserved, PermitRejected
-from extender.core.gangs.book import BOUND, FAILED, TIMED_OUT, Allow, Outcome, Reject, Wait
+from extender.core.gangs.book import Allow, Reject, Wait
+from extender.core.gangs.record import BOUND, FAILED, TIMED_OUT, Outcome
 from extender.core.model import Address, BindingMark, PodRef
 from extender.core.placement.address import gang_addresses
 from extender.service.context import Context, per_pod

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from extender.core import verdicts
 from extender.core.cluster.state import Slot
 from extender.core.cluster.topology import Domain, format_path
-from extender.core.gangs.book import GangRecord
+from extender.core.gangs.record import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase
 from extender.core.gangs.preemption import Choice, Held, NoChoice, choose, without
 from extender.core.model import GangSpec, PodFacts

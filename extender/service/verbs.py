@@ -9,7 +9,7 @@ import time
 from typing import Any, Coroutine
 
 from extender.core.errors import NotReady, Preferring, Settling
-from extender.core.gangs.book import GangRecord
+from extender.core.gangs.record import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
 from extender.core.lone import best_fit_scores, filter_single, filter_unreadable, planned_scores, vet_victims
 from extender.core.model import PodFacts

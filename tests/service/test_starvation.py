@@ -169,3 +169,97 @@ def test_drains_go_by_age_the_oldest_starving_gang_takes_a_younger_ones_drain():
     assert ask("young") == [] and f"ml/young{DRAIN}" not in ext.ctx.state.reservations()
     reason = next(g.reason for g in ext.debug_gangs() if g.gang == "ml/young")
     assert "lacked room" not in reason, reason
+
+
+# A drained gang lands where it drained, not a moment earlier in a wider domain (issue 23: a
+# 2-node gang that preferred one NVLink domain bound across two leaves 0.8 s before the domain
+# drained for it freed).
+#
+#   rack r1:  nvl n1: a1 a2      rack r2:  nvl n2: b1      rack r3:  nvl n3: c1
+THREE_RACKS = """
+block b1
+  rack r1
+    nvl n1: a1[8/8] a2[8/8]
+  rack r2
+    nvl n2: b1[8/8]
+  rack r3
+    nvl n3: c1[8/8]
+"""
+EVERY = ["a1", "a2", "b1", "c1"]
+
+
+def full(drawing: str, settings: GangSettings):
+    """Every node runs an 8-GPU pod; ``wide`` (2 x 8 GPUs, no topology request) has drained nvl
+    n1, the one domain narrower than the cluster that holds it."""
+    clock = Clock()
+    ext = Extender(Settings(gangs=settings), MemoryBinder(), clock=clock)
+    ext.relisted("nodes", topotext.load(drawing).nodes)
+    running = {n: pod(f"run-{n}", 8, node=n) for n in EVERY}
+    ext.relisted("pods", list(running.values()))
+    ext.relisted("podgroups", [])
+    members = gang("wide", 2, 8, annotations={"railyard.io/min-member": "2"})
+    assert ask(ext, members, set(EVERY)) == []
+    clock.now += 61
+    assert ask(ext, members, set(EVERY)) == []
+    return ext, clock, running, members
+
+
+def ask(ext, members, busy) -> list[str]:
+    for p in members:
+        ext.pod_upserted(p)
+    return sorted(n for p in members for n in ext.filter(p, [n for n in EVERY if n not in busy]).node_names)
+
+
+def drained(ext) -> set[str]:
+    drain = ext.ctx.state.reservations().get(f"ml/wide{DRAIN}")
+    return {s.node for s in drain.slots} if drain is not None else set()
+
+
+def test_a_drained_gang_waits_for_its_domain_while_only_a_wider_one_holds_it():
+    ext, clock, running, members = full(THREE_RACKS, GangSettings(settle_seconds=0, starvation_seconds=60))
+    assert drained(ext) == {"a1", "a2"}
+    finish(ext, running["b1"])
+    finish(ext, running["c1"])
+    clock.now += 5
+    assert ask(ext, members, {"a1", "a2"}) == [], "took b1 and c1, across two racks"
+    assert drained(ext) == {"a1", "a2"}
+    reason = ext.debug_gangs()[0].reason
+    assert reason.startswith(
+        "gang ml/wide waits for the GPUs held for it in nvlink b1/r1/n1, 16 of 16 still in use, though it fits now "
+        "within "), reason
+    assert "it takes that wider domain if they are not free in 294s (gangs.max_preferred_wait_seconds)" in reason, reason
+    finish(ext, running["a1"])
+    assert ask(ext, members, {"a2"}) == [] and "8 of 16 still in use" in ext.debug_gangs()[0].reason
+    finish(ext, running["a2"])
+    assert ask(ext, members, set()) == ["a1", "a2"]
+    assert drained(ext) == set()
+
+
+def test_a_drained_gang_takes_the_wider_domain_once_its_patience_is_spent():
+    ext, clock, running, members = full(THREE_RACKS, GangSettings(settle_seconds=0, starvation_seconds=60,
+                                                           max_preferred_wait_seconds=100))
+    finish(ext, running["b1"])
+    finish(ext, running["c1"])
+    for _ in range(3):  # kube-scheduler sends the members back while they wait
+        clock.now += 32
+        assert ask(ext, members, {"a1", "a2"}) == []
+    clock.now += 2  # 159 s unplaced: 60 s to the drain, 99 s of its 100 s patience
+    assert ask(ext, members, {"a1", "a2"}) == []
+    clock.now += 2
+    assert ask(ext, members, {"a1", "a2"}) == ["b1", "c1"]
+    assert drained(ext) == set()
+
+
+def test_a_drained_gang_takes_a_narrower_domain_that_frees_elsewhere():
+    # a2 is cordoned when the gang drains: nvl n1 cannot hold it, so the drain is leaf r2's two
+    # NVLink domains. Once a2 is back and n1 frees, the gang takes n1 rather than its drain.
+    two_nvl = THREE_RACKS.replace("  rack r2\n    nvl n2: b1[8/8]\n  rack r3\n    nvl n3: c1[8/8]\n",
+                                  "  rack r2\n    nvl n2: b1[8/8]\n    nvl n3: c1[8/8]\n")
+    ext, clock, running, members = full(two_nvl.replace("a2[8/8]", "a2[8/8 cordoned]"),
+                                 GangSettings(settle_seconds=0, starvation_seconds=60))
+    assert drained(ext) == {"b1", "c1"}
+    ext.relisted("nodes", topotext.load(two_nvl).nodes)
+    for n in EVERY:
+        finish(ext, running[n])
+    assert ask(ext, members, set()) == ["a1", "a2"]
+    assert drained(ext) == set()

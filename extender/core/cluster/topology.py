@@ -190,6 +190,16 @@ class Topology:
                 return i
         return None
 
+    def height(self, lvl: int, node: int) -> int:
+        """How high a domain at level ``lvl`` holding node index ``node`` is: 0 the node itself,
+        else 1 plus the levels of the node's pool below ``lvl``. Comparable across pools (a
+        pool's nvlink domain is 1 high in a tree of any depth); -1 is the whole cluster."""
+        if lvl >= self.depth:
+            return 0
+        fabric = self.fabric_at(node)
+        levels = fabric.levels if fabric is not None else range(self.depth)
+        return 1 + sum(1 for other in levels if other > lvl)
+
     def fabric_at(self, node: int) -> Fabric | None:
         """The pool of a node index (None: one fabric, or a node of none)."""
         return next((f for f in self.fabrics if f.start <= node < f.end), None)

@@ -6,6 +6,7 @@
     starvation.py   the starvation bound: a gang that lacked room too long drains a domain.
     warm.py         warm restarts: the domain each workload's gang was last bound in.
     patience.py     a preferred level with a bounded wait: what to plan while it runs.
+    record.py       a gang's record (what the book knows of it) and a member's outcome at permit.
     book.py         the gang book: reserve / unreserve / permit -> Allow | Wait | Reject,
                     Bindings done or compensated, leads first, expiry; the only writer of a
                     gang's record.

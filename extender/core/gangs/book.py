@@ -29,12 +29,13 @@ writes a record (``tests/core/gangs/test_records.py``); the others read it.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
 from extender.core import verdicts
 from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
+from extender.core.gangs.record import BOUND, FAILED, TIMED_OUT, UNRESERVED, GangRecord, Outcome
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
 from extender.core.placement.address import kept_seat
 from extender.core.placement.homes import plan_near
@@ -49,18 +50,6 @@ GC_SECONDS = 60.0
 
 CLAIM_GRACE_SECONDS = 10.0
 """A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
-
-BOUND, FAILED, UNRESERVED, TIMED_OUT = "bound", "failed", "unreserved", "timed_out"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of a member that waited at permit."""
-
-    kind: str
-    """``bound``, ``failed`` (a Binding failed: compensated), ``unreserved`` or ``timed_out``."""
-    reason: str = ""
-
 
 @dataclass(frozen=True)
 class Allow:
@@ -107,68 +96,16 @@ class Compensate:
     evict: tuple[tuple[str, str], ...]
 
 
-@dataclass
-class GangRecord:
-    """A gang as the book tracks it."""
-
-    key: str
-    first_seen: float
-    phase: Phase = Phase.PENDING
-    reason: str = ""
-    placement: Placement | None = None
-    deadline: float | None = None
-    timeout_seconds: float | None = None
-    min_member: int = 0
-    """GPU members that must wait at permit before any is allowed."""
-    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """member key -> (uid, node) of members waiting at permit."""
-    results: dict[str, str] = field(default_factory=dict)
-    """member key -> "" (bound) or the error, once the round's Bindings were tried."""
-    round: int = 0
-    """Bumped whenever a reservation ends, so waiting members of that round stop waiting."""
-    ended: tuple[int, Outcome] | None = None
-    """The last round that ended without binding, and how."""
-    waiting_since: float | None = None
-    """When the round's first member began to wait at permit."""
-    spec: GangSpec | None = None
-    """The request of the current plan (member eligibility: a node that no longer admits it
-    ends the plan)."""
-    refused: dict[str, str] = field(default_factory=dict)
-    """node -> member: planned nodes kube-scheduler's own filters refused (left out of every
-    plan of this gang until it is bound)."""
-    members: tuple[str, ...] = ()
-    sized: bool = True
-    bound_at: float | None = None
-    bound_uids: set[str] = field(default_factory=set)
-    """UIDs railyard bound for this gang: never members of a later round, even while the
-    watch still shows them unbound."""
-    lead_size: int = 0
-    """``GangSpec.lead_size`` of the current plan: that many leads waiting at permit bind first."""
-    leads: set[str] = field(default_factory=set)
-    """The GPU members of the current plan that are leads (``PodFacts.lead``)."""
-    unplaced_since: float | None = None
-    """When planning it last started to fail for lack of room (None: it has a plan, or never
-    lacked room); past the starvation bound it drains a domain (``GangBook.starvation_seconds``)."""
-    closest: Domain | None = None
-    """While it has no placement: the domain of its bound level that held most of it (the
-    reason's "best ... fits"); None once planned."""
-    preferring_since: float | None = None
-    """When it was first planned with a wait for its preferred level (``GangSpec.
-    preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
-    ran: bool = False
-    """A pod of its last bound round was seen running (``end_claims``: the watch caught up)."""
-    preferring_until: float | None = None
-    """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
-    preferred level's do not, and its wait runs until then. None: it does not wait by choice."""
-
-
 class GangBook:
     def __init__(self, state: ClusterState, observer: Observer | None = None,
                  on_step: Callable[[GangRecord, Phase | None, Event | None], None] | None = None,
-                 starvation_seconds: float = 0.0) -> None:
+                 starvation_seconds: float = 0.0, drain_patience_seconds: float = 300.0) -> None:
         self.state = state
         self.starvation_seconds = starvation_seconds
         """A gang that has lacked room this long drains a domain (``core.gangs.starvation``); 0: never."""
+        self.drain_patience_seconds = drain_patience_seconds
+        """How long a drained gang waits for its drain while a wider domain holds it
+        (``starvation.landing``; ``gangs.max_preferred_wait_seconds``)."""
         self.observer: Observer = observer or NullObserver()
         self.on_step = on_step
         """Called after every transition (and once for a new gang), to publish it."""
@@ -237,9 +174,19 @@ class GangBook:
         # A drained gang lands where it drained; else in the first of its homes that holds it;
         # a new instance of a workload back where its last one was bound, when it fits there.
         last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
-        result = starvation.inside(spec, view, drain, refused) or warm.inside(aim, view, refused, last) \
-            or plan_near(aim, view, refused, homes)
+        result = warm.inside(aim, view, refused, last) or plan_near(aim, view, refused, homes)
         topo = self.state.topology
+        if drain is not None:
+            since = rec.unplaced_since if rec.unplaced_since is not None else now
+            patient = now < since + self.starvation_seconds + self.drain_patience_seconds
+            there = starvation.inside(spec, view, drain, refused)
+            landing = starvation.landing(topo, drain, there, result, patient)
+            if landing is None:
+                assert isinstance(result, Placement)
+                self._await_drain(rec, spec, view, drain, result, homes, now,
+                                  since + self.starvation_seconds + self.drain_patience_seconds - now)
+                return
+            result = landing
         rec.waiting.clear()
         rec.results.clear()
         rec.sized = spec.sized
@@ -292,6 +239,15 @@ class GangBook:
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
+
+    def _await_drain(self, rec: GangRecord, spec: GangSpec, view: View, drain: Reservation, wider: Placement,
+                     homes: Sequence[Domain], now: float, left: float) -> None:
+        """A drained gang keeps waiting for its drain (``starvation.landing``), held again."""
+        rec.placement = None
+        rec.closest, rec.reason = starvation.awaited(self.state.topology, view, rec.key, drain, wider, left)
+        rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
+                                       lambda g: self._gangs.get(g))
+        self._step(rec, Event.UNPLACEABLE)
 
     def preempts(self, rec: GangRecord, reason: str) -> None:
         """A preemptor's new reservation: its reason says what it evicts, and where."""

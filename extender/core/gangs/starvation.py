@@ -6,7 +6,9 @@ taking them (the ``contention`` benchmark: a 4 x 8 GPU gang waiting 132 s while 
 created after it were placed). Past the bound, the gang is planned on the cluster as it will be
 once every pod bound now and every gang planned now has finished (``drained_view``), and the GPUs of that plan
 are reserved as they are and as they free up: no other gang or GPU pod is planned onto them.
-The gang then waits at most the bound plus the longest remaining runtime of the pods there.
+The gang then waits at most the bound plus the longest remaining runtime of the pods there, and
+lands there: a domain elsewhere only if it is no wider, or after ``gangs.max_preferred_wait_seconds``
+(``landing``).
 
 A drain binds nothing, so it cannot deadlock: drains are planned one after another, each seeing
 the ones before. A gang that would not fit even on the drained cluster drains nothing (it is
@@ -23,9 +25,9 @@ from typing import Any, Callable, Collection, Sequence
 from extender.core import verdicts
 from extender.core.model import GangSpec
 from extender.core.placement.homes import plan_near
-from extender.core.placement.planner import Constraints, Placement, plan
+from extender.core.placement.planner import Constraints, Placement, PlanResult, plan
 from extender.core.cluster.state import ClusterState, Reservation, View
-from extender.core.cluster.topology import Domain
+from extender.core.cluster.topology import Domain, Topology
 
 DRAIN = "#drain"
 """Suffix of a drain's reservation key (and of its slots' member keys)."""
@@ -59,6 +61,41 @@ def inside(spec: GangSpec, view: View, drain: Reservation | None, refused: Colle
     outside = set(view.topology.names) - {s.node for s in drain.slots}
     result = plan(spec, view, Constraints({*refused, *outside}, None))
     return result if isinstance(result, Placement) else None
+
+
+def landing(topo: Topology, drain: Reservation, there: Placement | None, elsewhere: PlanResult,
+            patient: bool) -> PlanResult | None:
+    """Where a drained gang goes now, given its plan on its drain (``there``, None while the
+    drain does not hold it yet) and its plan anywhere else (``elsewhere``): a placement narrower
+    than the drain; else the drain, once it holds the gang; else a placement as narrow as the
+    drain, or (no longer ``patient``) any. None: it waits for its drain, though a wider domain
+    holds it now. The drained GPUs were kept idle for it; taking a wider domain a moment before
+    they free is what put a 2-node gang across two leaves (bench/README, issue 23)."""
+    if not isinstance(elsewhere, Placement):
+        return there or elsewhere
+    nodes = [topo.index[s.node] for s in drain.slots if s.node in topo.index]
+    drained = topo.height(topo.common_level(nodes), nodes[0]) if nodes else topo.height(-1, 0)
+    height = topo.height(elsewhere.level, elsewhere.domain.start)
+    if height < drained:
+        return elsewhere
+    if there is not None:
+        return there
+    return elsewhere if height == drained or not patient else None
+
+
+def awaited(topo: Topology, view: View, gang: str, drain: Reservation, wider: Placement,
+            left: float) -> tuple[Domain, str]:
+    """The domain of a drain its gang waits for though ``wider`` holds it now, and the reason
+    that says how many of the drained GPUs are still in use (``view``: without the drain)."""
+    wanted: dict[int, int] = {}
+    for s in drain.slots:
+        if s.node in topo.index:
+            wanted[topo.index[s.node]] = wanted.get(topo.index[s.node], 0) + s.gpus
+    nodes = list(wanted)
+    lvl = topo.common_level(nodes)
+    domain = topo.domain(lvl, topo.node_domain[lvl][nodes[0]] if lvl >= 0 else 0)
+    busy = sum(max(0, gpus - max(view.free[i], 0)) for i, gpus in wanted.items())
+    return domain, verdicts.awaiting_drain(topo, gang, domain, busy, sum(wanted.values()), wider, left)
 
 
 def lapse(state: ClusterState, now: float) -> None:

@@ -253,9 +253,8 @@ def _best_of(view: View, gang: GangSpec, results: list[tuple[Fabric, PlanResult]
 
         def key(item: tuple[Fabric, Placement]) -> tuple[int, int, int, int]:
             f, p = item
-            height = 0 if p.level == topo.depth else 1 + sum(1 for lvl in f.levels if lvl > p.level)
             free = sum(max(x, 0) for x in view.free[p.domain.start:p.domain.end])
-            return (not p.preferred_met, height, free - gpus, f.index)
+            return (not p.preferred_met, topo.height(p.level, f.start), free - gpus, f.index)
 
         return min(placed, key=key)[1]
     failed = [r for _, r in results if isinstance(r, NoPlacement)]

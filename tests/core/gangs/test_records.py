@@ -9,7 +9,7 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from extender.core.gangs.book import GangRecord
+from extender.core.gangs.record import GangRecord
 
 ROOT = Path(__file__).resolve().parents[3] / "extender"
 BOOK = ROOT / "core" / "gangs" / "book.py"
