@@ -171,26 +171,25 @@ class GangBook:
         if patience.waits(spec, homes, drain is not None):
             rec.preferring_since = now if rec.preferring_since is None else rec.preferring_since
             aim, until = patience.aim(spec, rec.preferring_since, now)
-        # A drained gang lands where it drained; else in the first of its homes that holds it;
-        # a new instance of a workload back where its last one was bound, when it fits there.
+        # In the first of its homes that holds it; a new instance of a workload back where its
+        # last one was bound, when it fits there; a drained gang where it drained (``landing``).
         last = self.warm.home(spec.lineage or spec.key, self.state.topology, now) if not homes else None
         result = warm.inside(aim, view, refused, last) or plan_near(aim, view, refused, homes)
         topo = self.state.topology
-        if drain is not None:
-            since = rec.unplaced_since if rec.unplaced_since is not None else now
-            patient = now < since + self.starvation_seconds + self.drain_patience_seconds
-            there = starvation.inside(spec, view, drain, refused)
-            landing = starvation.landing(topo, drain, there, result, patient)
-            if landing is None:
-                assert isinstance(result, Placement)
-                self._await_drain(rec, spec, view, drain, result, homes, now,
-                                  since + self.starvation_seconds + self.drain_patience_seconds - now)
-                return
-            result = landing
         rec.waiting.clear()
         rec.results.clear()
         rec.sized = spec.sized
         rec.preferring_until = None
+        if drain is not None:
+            since = rec.unplaced_since if rec.unplaced_since is not None else now
+            wider_at = since + self.starvation_seconds + self.drain_patience_seconds
+            landing = starvation.landing(topo, drain, starvation.inside(spec, view, drain, refused), result,
+                                         patient=now < wider_at)
+            if landing is None:
+                assert isinstance(result, Placement)
+                self._await_drain(rec, spec, view, drain, result, homes, now, wider_at - now)
+                return
+            result = landing
         if isinstance(result, NoPlacement) and until is not None and not result.invalid:
             # Waiting by choice only while a wider domain holds it (a read-only plan); when none
             # does it lacks room, and the starvation bound runs as for any gang (docs/slurm.md).

@@ -277,28 +277,50 @@ def fewest_domains(topo: Topology, dom: Domain, count: int, size: int, units: Un
     """``count`` units of ``size`` GPUs inside dom over the fewest domains at every level down to
     ``last``: (domain index at ``last``, units), by index. Level by level, among the children of
     the domains chosen one level up, take the largest (ties: least free) until one holds the
-    rest, then the best fit for the rest (fewest GPUs left over). So the domains of a level fill
-    before the next opens, and one level's choice never adds a domain at the level above.
-    (Kueue's TAS does the same down to its slice level, pkg/cache/scheduler/tas_flavor_snapshot.go
-    ``updateCountsToMinimumGeneric``.) The caller checks that dom holds ``count``."""
+    rest, then, of those that hold the rest, the one that leaves the fewest domains to take at
+    the next level (unless that is ``last``), then the best fit (fewest GPUs left over). So the
+    domains of a level fill before the next opens, and one level's choice never adds a domain at
+    the level above. (Kueue's TAS does the same down to its slice level, with best fit alone for
+    the last domain: pkg/cache/scheduler/tas_flavor_snapshot.go ``updateCountsToMinimumGeneric``.
+    A leaf that fits the rest exactly over two NVLink domains loses here to a larger leaf that
+    holds it in one: issue 23's ``g0-48``.) The caller checks that dom holds ``count``."""
     if dom.level >= last:
         return [(dom.index, count)]
-    chosen: list[int] = [dom.index]
-    picked: list[tuple[int, int]] = []
+    picked = [(dom.index, count)]
     for lvl in range(dom.level + 1, last + 1):
-        pool = sorted((c for d in chosen for c in topo.children(lvl - 1, d) if units.cap(lvl, c) > 0),
-                      key=lambda c: (-units.cap(lvl, c), units.gpus(lvl, c), c))
-        picked, remaining = [], count
-        for pos, c in enumerate(pool):
-            if units.cap(lvl, c) >= remaining:
-                fitting = [x for x in pool[pos:] if units.cap(lvl, x) >= remaining]
-                best = min(fitting, key=lambda x: (units.gpus(lvl, x) - remaining * size, x))
-                picked.append((best, remaining))
-                break
-            picked.append((c, units.cap(lvl, c)))
-            remaining -= units.cap(lvl, c)
-        chosen = [c for c, _ in picked]
+        picked = _level(topo, [d for d, _ in picked], lvl, count, size, units, lookahead=lvl + 1 < last)
     return sorted(picked)
+
+
+LOOKAHEAD = 16
+"""At most this many of the domains that hold the rest (the best-fitting first) are compared by
+what they leave to the next level."""
+
+
+def _level(topo: Topology, parents: list[int], lvl: int, count: int, size: int, units: Units,
+           lookahead: bool) -> list[tuple[int, int]]:
+    """One level of ``fewest_domains``: (domain, units) among the children of ``parents``."""
+    pool = sorted((c for d in parents for c in topo.children(lvl - 1, d) if units.cap(lvl, c) > 0),
+                  key=lambda c: (-units.cap(lvl, c), units.gpus(lvl, c), c))
+    picked: list[tuple[int, int]] = []
+    remaining = count
+    for pos, c in enumerate(pool):
+        if units.cap(lvl, c) >= remaining:
+            fitting = sorted((x for x in pool[pos:] if units.cap(lvl, x) >= remaining),
+                             key=lambda x: (units.gpus(lvl, x) - remaining * size, x))
+
+            def below(x: int) -> int:
+                chosen = [d for d, _ in picked] + [x]
+                return len(_level(topo, chosen, lvl + 1, count, size, units, lookahead=False))
+
+            if lookahead:
+                best = min(enumerate(fitting[:LOOKAHEAD]), key=lambda ix: (below(ix[1]), ix[0]))[1]
+            else:
+                best = fitting[0]
+            return [*picked, (best, remaining)]
+        picked.append((c, units.cap(lvl, c)))
+        remaining -= units.cap(lvl, c)
+    raise AssertionError("the caller checked that the parents hold count")
 
 
 def fits(view: View, classes: list[PodClass], avail: list[int], dom: Domain) -> int:

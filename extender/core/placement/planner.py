@@ -19,7 +19,8 @@ The algorithm, in one place:
    best pool's placement wins (``_best_of``).
 3. Inside the chosen domain, use the fewest domains at every level below it: level by level,
    among the children of the domains chosen one level up, the largest until one holds the
-   rest, then the best-fitting such one (``packing.fewest_domains``).
+   rest, then of those that hold it the one that leaves the fewest domains to the next level,
+   then the best fit (``packing.fewest_domains``).
    A sliced gang (``slices``) takes, among that level's domains that hold every slice, the one
    whose slices span the fewest domains of each level below it, widest first, then the fewest
    nodes (then the best fit as above), so it is never spread wider than Kueue would spread it:

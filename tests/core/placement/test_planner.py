@@ -80,6 +80,20 @@ def test_the_fewest_nodes_among_the_racks_chosen_not_per_rack():
     assert sorted(a.placement.values()) == ["h1"] * 3 + ["h4"] * 3
 
 
+def test_the_last_leaf_is_the_one_that_needs_the_fewest_nvlink_domains_not_the_best_fit():
+    # 7 x 8 GPUs in block b1; no leaf holds them. r1 (4 free nodes) is taken whole, then 3 more:
+    # r2 has exactly 3 free but over two NVLink domains (2 + 1), r3 has 4 with 3 in one. Best
+    # fit alone took r2 (3 NVLink domains in all); r3 uses 2 (issue 23, g0-48 in its run 2).
+    drawing = ("block b1\n"
+               "  rack r1\n    nvl n1: a1 a2 a3 a4\n"
+               "  rack r2\n    nvl n1: b1 b2\n    nvl n2: b3\n"
+               "  rack r3\n    nvl n1: c1 c2 c3\n    nvl n2: c4\n")
+    a = answer(drawing, gang("g", 7, 8))
+    assert a.feasible, a.reason
+    assert a.level == BLOCK
+    assert sorted(a.placement.values()) == ["a1", "a2", "a3", "a4", "c1", "c2", "c3"]
+
+
 def test_best_fit_keeps_large_domains_whole():
     # 3 pods fit n1, n2, n3 and n4; with x1 busy, n1 has exactly 3 nodes free: zero left over.
     a = answer(FOUR_LEVELS, gang("g", 3, 8), pods=[pod("busy", 8, node="x1")])
