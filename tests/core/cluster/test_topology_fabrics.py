@@ -45,3 +45,13 @@ def test_problems_count_a_pools_own_missing_labels_only():
     topo = Topology(LEVELS, NODES)
     assert topo.problems == ("1 node(s) (pool t) lack label t/leaf (e.g. t3); "
                              "each is a domain of its own at that level and below",)
+
+
+def test_height_counts_a_pools_own_levels_so_pools_compare():
+    # Each pool's leaf is one level above its nodes, whatever the index of the level in the tree;
+    # railyard compares placements in different pools by it (a drained gang's landing, _best_of).
+    topo = Topology(LEVELS, NODES)
+    i = {n: topo.index[n] for n in topo.names}
+    assert topo.height(4, i["g1"]) == topo.height(2, i["t1"]) == 1  # g/leaf, t/leaf
+    assert topo.height(3, i["g1"]) == topo.height(1, i["t1"]) == 2  # g/block, t/spine
+    assert topo.height(topo.depth, i["g1"]) == 0
