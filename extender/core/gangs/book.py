@@ -165,7 +165,7 @@ class GangBook:
         gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
         plan on this instead of the state's (a preemptor, on the state without its victims)."""
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
-        view = view or self.state.view()
+        preempting, view = view is not None, view or self.state.view()
         refused = {*refused, *rec.refused}
         aim, until = spec, None
         if patience.waits(spec, homes, drain is not None):
@@ -180,7 +180,7 @@ class GangBook:
         rec.results.clear()
         rec.sized = spec.sized
         rec.preferring_until = None
-        if drain is not None:
+        if drain is not None and not preempting:  # a preemptor goes where its victims make room
             since = rec.unplaced_since if rec.unplaced_since is not None else now
             wider_at = since + self.starvation_seconds + self.drain_patience_seconds
             landing = starvation.landing(topo, drain, starvation.inside(spec, view, drain, refused), result,
