@@ -130,7 +130,10 @@ def check_answer(verb: str, value: Any, got: tuple[int, bytes] | None) -> None:
 def test_every_verb_answers_bad_input_clearly(live, verb, data):
     value = data.draw(fz.BODIES[verb](live.node_names))
     # Drawn every time, used by bind only (the draws must not depend on the server's state).
-    steer, plausible, exists = data.draw(st.integers(0, 3)) > 0, data.draw(fz.plausible_pod()), data.draw(st.booleans())
+    # Mostly a pod filter steered and the API server has (3 in 4 each): otherwise the Binding that
+    # is taken is rare enough that some runs of 80 examples never take one.
+    steer, plausible = data.draw(st.integers(0, 3)) > 0, data.draw(fz.plausible_pod())
+    exists = data.draw(st.integers(0, 3)) > 0
     if verb == "bind" and steer:  # a pod filter has just steered, as the scheduler binds it
         live.steered.clear()
         args = {"Pod": plausible, "NodeNames": live.node_names}
