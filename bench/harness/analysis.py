@@ -174,8 +174,9 @@ def analyse(result: ArmResult, jobs: list[Job], nodes: list[dict[str, Any]],
                              "landed": LEVELS[actual], "narrowest": LEVELS[max(possible, 0)]}
         plan = holds.planned_at(result.holds, job.name, min(created), first_bound, t_complete) if created else None
         if plan is not None:
-            records[job.name]["fewest_on_view"] = holds.fewest_on_view(
-                plan[1], free_gpus(recs, caps, own, plan[0]), paths, job)
+            moments, poll = plan
+            records[job.name]["fewest_on_view"] = holds.loosest([holds.fewest_on_view(
+                poll, free_gpus(recs, caps, own, at), paths, job) for at in moments])
         for lvl, n in records[job.name]["spans"].items():
             spans[lvl].append(n)
 

@@ -7,7 +7,7 @@ A gang planned wide while a drain held the narrow room looks, from the watch alo
 planner fault. So in arms with railyard the harness polls its topology view
 (``/topology.json``, docs/view.md) about once a second and keeps, per poll that changed, each
 node's GPUs held by each gang (reservations and drains alike). ``fewest_on_view`` then asks the
-question of ``pergang.fewest_domains`` on the GPUs free at the gang's plan less what railyard
+question of ``pergang.fewest_domains`` on the GPUs free around the gang's plan less what railyard
 held for other gangs then.
 
 This is railyard's account of itself, used only to say *why* B spanned more domains than
@@ -90,16 +90,30 @@ def _fetch(url: str) -> dict[str, Any]:
 
 
 def planned_at(polls: list[dict[str, Any]], job: str, created: float, first_bound: float,
-               bound: float) -> tuple[float, dict[str, Any]] | None:
-    """(time, what railyard held then) at its plan of ``job``: the first poll from the gang's
-    first creation to its last binding where it held GPUs; for a gang planned and bound between
-    two polls, what was held when its first member bound (the last poll before: polls are kept
-    only when something changed). None when no poll came before."""
-    for poll in polls:
-        if created <= poll["t"] <= bound and any(job in n["held"] for n in poll["nodes"].values()):
-            return poll["t"], poll
-    before = [p for p in polls if p["t"] <= first_bound]
-    return (first_bound, before[-1]) if before else None
+               bound: float) -> tuple[tuple[float, ...], dict[str, Any]] | None:
+    """(moments, what railyard held then) at its plan of ``job``. The plan: the last poll from
+    the gang's first creation to its first binding where what it held changed (a starving gang
+    holds its drains before that, and a drain is not its plan), else the first poll up to its
+    last binding where it held GPUs; the moments are that poll's and the one before it (the
+    plan came in between). For a gang planned and bound between two polls: what was held when
+    its first member bound (the last poll before: polls are kept only when something changed).
+    None when no poll came before."""
+    def mine(poll: dict[str, Any]) -> dict[str, int]:
+        return {node: n["held"][job] for node, n in poll["nodes"].items() if job in n["held"]}
+
+    plan: int | None = None
+    last: dict[str, int] = {}
+    for i, poll in enumerate(polls):
+        if created <= poll["t"] <= first_bound and mine(poll) and mine(poll) != last:
+            plan = i
+        last = mine(poll)
+    if plan is None:
+        plan = next((i for i, poll in enumerate(polls) if first_bound < poll["t"] <= bound and mine(poll)), None)
+    if plan is not None:
+        before = polls[plan - 1]["t"] if plan and polls[plan - 1]["t"] >= created else polls[plan]["t"]
+        return (before, polls[plan]["t"]), polls[plan]
+    before_bind = [p for p in polls if p["t"] <= first_bound]
+    return ((first_bound,), before_bind[-1]) if before_bind else None
 
 
 def fewest_on_view(poll: dict[str, Any], free: dict[str, int], paths: dict[str, tuple[str, ...]], job: Any) -> \
@@ -114,3 +128,10 @@ def fewest_on_view(poll: dict[str, Any], free: dict[str, int], paths: dict[str, 
         others = sum(g for name, g in n["held"].items() if name != job.name)
         free[node] = max(free[node] - min(others, max(n["gpus"] - n["used"], 0)), 0)
     return pergang.fewest_domains(paths, free, job.pods, job.gpus, job.required)
+
+
+def loosest(bounds: list[dict[str, int] | None]) -> dict[str, int] | None:
+    """Per level, the most domains of the ``bounds`` that held the gang (None: none did). A plan
+    made between two moments is explained by either: the free GPUs changed in between."""
+    held = [b for b in bounds if b is not None]
+    return {lvl: max(b[lvl] for b in held) for lvl in held[0]} if held else None

@@ -10,12 +10,17 @@ free GPUs the capacity minus the pods of other jobs bound and not finished, as t
   inside one domain of its required level if it has one: a level's domains taken largest first
   (pods of the gang's size each holds) until they hold every pod. Each level is a bound of its
   own: the fewest leaves and the fewest NVLink domains need not come from one placement.
+- ``fewest_narrowest``: the same moment, inside one domain of the narrowest level that holds the
+  gang (the placement ``narrowest_domain_fraction`` asks for). Below that level it can be more
+  than ``fewest``: 4 nodes free in one block over 4 leaves, 2 in one leaf of another block give
+  ``fewest`` 3 leaves (over 2 blocks) and ``fewest_narrowest`` 4 (in 1 block).
 - ``fewest_created``: the same when its first member was created. A gang is planned somewhere
   between the two moments (railyard plans it when its first member reaches the filter, Kueue
   when it admits it), and GPUs free at one of them may not have been at the other.
-- ``fewest_on_view`` (arms with railyard, ``holds``): the same at railyard's plan (the first poll
-  of its topology view where the gang held GPUs) on the free GPUs less what railyard held for
-  other gangs then: its reservations and starvation drains, which the watch cannot see.
+- ``fewest_on_view`` (arms with railyard, ``holds``): the same at railyard's plan (the poll of
+  its topology view where what the gang held last changed before it bound, and the poll before:
+  ``holds.planned_at``) on the free GPUs less what railyard held for other gangs then: their
+  reservations and starvation drains, which the watch cannot see.
 - ``fewest_held`` (``analysis.held_fewest``): the same at the first moment between the first
   member's creation and the first binding when the gang fits on the free GPUs less everything
   other pods took after that moment, until ``HELD_S`` after it bound: as if all of that had been
@@ -64,6 +69,17 @@ def fewest_domains(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods
     return best
 
 
+def fewest_in_narrowest(paths: dict[str, tuple[str, ...]], free: dict[str, int], pods: int, gpus: int,
+                        within: str | None = None) -> dict[str, int] | None:
+    """``fewest_domains`` inside one domain of the deepest level (at or below ``within``) with a
+    domain that holds the gang: the fewest below it for a gang kept in its narrowest domain."""
+    for depth in range(len(LEVELS) - 1, DEPTH[within] if within else 0, -1):
+        fewest = fewest_domains(paths, free, pods, gpus, LEVELS[depth])
+        if fewest is not None:
+            return fewest
+    return fewest_domains(paths, free, pods, gpus, within)
+
+
 def spans(member_paths: list[tuple[str, ...]]) -> dict[str, int]:
     """Per level of ``SPAN_LEVELS``, the distinct domains the paths are in."""
     return {LEVELS[d]: len({p[:d] for p in member_paths}) for d in range(1, len(LEVELS))}
@@ -86,7 +102,8 @@ def record(job: Any, member_paths: list[tuple[str, ...]], paths: dict[str, tuple
         return None if gpus is None else fewest_domains(paths, gpus, job.pods, job.gpus, job.required)
 
     return {"pods": job.pods, "gpus": job.gpus, "request": request(job), "bound_at_s": round(at, 3),
-            "spans": spans(member_paths), "fewest": fewest(free), "fewest_created": fewest(at_creation)}
+            "spans": spans(member_paths), "fewest": fewest(free), "fewest_created": fewest(at_creation),
+            "fewest_narrowest": fewest_in_narrowest(paths, free, job.pods, job.gpus, job.required)}
 
 
 def beyond_fewest_mean(records: dict[str, dict[str, Any]]) -> dict[str, float] | None:
@@ -104,7 +121,9 @@ def compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     one spanned more domains than the other); ``losses``: one row per gang and arm where B
     spanned more at some level, with both arms' spans and fewest, and ``why`` per level:
     ``cluster`` when B was at its fewest when its last member bound or when its first was
-    created (the other arm's cluster had more room); ``held`` when B was within
+    created (the other arm's cluster had more room); ``narrowest`` when B was within
+    ``fewest_narrowest`` at this level and every level above (B kept the gang in its narrowest
+    domain, and fewer domains here would have taken a wider one above); ``held`` when B was within
     ``fewest_held`` (GPUs other pods took later may have been reserved for them when it was
     planned); ``reserved`` when B was within ``fewest_on_view`` (at its plan, railyard's own
     view held the tighter room for other gangs: reservations, starvation drains); else
@@ -136,18 +155,21 @@ def compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 def _why(rec: dict[str, Any], lvl: str) -> str:
     """Why a gang spans ``rec["spans"][lvl]`` domains at ``lvl`` (see ``compare``). A moment with
     no room for the gang explains nothing, except at its binding (the watch's view was behind)."""
-    def within(key: str) -> bool:
-        return rec.get(key) is not None and rec["spans"][lvl] <= rec[key][lvl]
+    def within(key: str, at: str = lvl) -> bool:
+        return rec.get(key) is not None and rec["spans"][at] <= rec[key][at]
 
     if rec.get("fewest") is None or within("fewest") or within("fewest_created"):
         return "cluster"
+    if all(within("fewest_narrowest", up) for up in SPAN_LEVELS[:SPAN_LEVELS.index(lvl) + 1]):
+        return "narrowest"
     if within("fewest_held"):
         return "held"
     return "reserved" if within("fewest_on_view") else "planner"
 
 
 def _brief(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: rec.get(k) for k in ("spans", "fewest", "fewest_created", "fewest_held", "fewest_on_view", "bound_at_s")}
+    return {k: rec.get(k) for k in ("spans", "fewest", "fewest_created", "fewest_narrowest", "fewest_held",
+                                    "fewest_on_view", "bound_at_s")}
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:
@@ -161,12 +183,14 @@ def markdown(doc: dict[str, Any]) -> list[str]:
            "fewest it could have spanned on the free GPUs as the harness saw them when its last member bound "
            "(inside its required level). Why, per level: **cluster** = B was at its fewest then or when its first "
            "member was created (B plans a gang in between), the other arm's cluster had more room (arrival "
-           "timing, what else ran); **held** = B was at its fewest at the first moment between its first "
-           "member's creation and its binding when it fit, on the GPUs free then less all that other pods took "
-           f"from then until {HELD_S:g} s after it bound (reservations the watch cannot see); **reserved** = B was "
-           "at its fewest on the GPUs free when railyard planned it less those railyard held for other gangs then "
-           "(their reservations and starvation drains, from railyard's topology view, polled each second); "
-           "**planner** = B spanned more than even that.", "",
+           "timing, what else ran); **narrowest** = B kept the gang in the narrowest domain that held it then, "
+           "at the fewest there: fewer at this level would have spanned more domains above it; **held** = B was "
+           "at its fewest at the first moment between its first member's creation and its binding when it fit, "
+           "on the GPUs free then less all that other pods took from then until "
+           f"{HELD_S:g} s after it bound (reservations the watch cannot see); **reserved** = B was at its fewest "
+           "on the GPUs free when railyard planned it (its view just before or just after the plan) less those "
+           "railyard held for other gangs then (their reservations and starvation drains, from railyard's "
+           "topology view, polled each second); **planner** = B spanned more than even that.", "",
            "| run | arm | gangs compared | B wider: block / leaf / nvl / host | arm wider: block / leaf / nvl / host |",
            "|---|---|---|---|---|"]
 

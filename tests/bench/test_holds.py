@@ -47,14 +47,33 @@ def test_gpus_held_for_other_gangs_are_not_free_on_railyards_view_and_nothing_is
     assert holds.fewest_on_view(poll, busy, PATHS, Job()) == pergang.fewest_domains(PATHS, busy, 3, 8)
 
 
-def test_the_plan_is_the_first_poll_where_the_gang_held_gpus_else_the_state_at_its_first_binding():
+def test_the_plan_is_the_last_change_of_what_the_gang_held_before_it_bound_else_the_state_at_its_first_binding():
     polls = [{"t": 1.0, "nodes": {}},
              {"t": 3.0, "nodes": {"a1": {"gpus": 8, "used": 0, "held": {"big": 8}}}},
              {"t": 6.0, "nodes": {"b1": {"gpus": 8, "used": 0, "held": {"g": 8}}}}]
-    assert holds.planned_at(polls, "g", created=2.0, first_bound=7.0, bound=8.0) == (6.0, polls[2])
+    # Planned between the polls at 3 s and 6 s.
+    assert holds.planned_at(polls, "g", created=2.0, first_bound=7.0, bound=8.0) == ((3.0, 6.0), polls[2])
     # Planned and bound between two polls: what was held when its first member bound.
-    assert holds.planned_at(polls, "h", created=2.0, first_bound=4.5, bound=4.6) == (4.5, polls[1])
+    assert holds.planned_at(polls, "h", created=2.0, first_bound=4.5, bound=4.6) == ((4.5,), polls[1])
     assert holds.planned_at(polls, "h", created=0.0, first_bound=0.5, bound=0.6) is None
+    # A starving gang drains a1 from 3 s (another node frees at 5 s), and is planned on b1 and b2
+    # between 5 s and 6 s: the drain is not its plan.
+    drain = {"gpus": 8, "used": 8, "held": {"g": 8}}
+    starving = [{"t": 3.0, "nodes": {"a1": drain}},
+                {"t": 5.0, "nodes": {"a1": drain, "a2": {"gpus": 8, "used": 0, "held": {"big": 8}}}},
+                {"t": 6.0, "nodes": {"b1": {"gpus": 8, "used": 0, "held": {"g": 8}},
+                                     "b2": {"gpus": 8, "used": 0, "held": {"g": 8}}}},
+                {"t": 8.0, "nodes": {"b2": {"gpus": 8, "used": 8, "held": {"g": 8}}}}]  # b1's member bound
+    assert holds.planned_at(starving, "g", created=2.0, first_bound=7.0, bound=9.0) == ((5.0, 6.0), starving[2])
+    # Its first poll after its creation: that moment alone (nothing earlier is its).
+    assert holds.planned_at(starving, "g", created=2.5, first_bound=4.0, bound=9.0) == ((3.0, 3.0), starving[0])
+
+
+def test_a_plan_between_two_moments_is_explained_by_the_looser_of_them():
+    tight, loose = {"block": 1, "leaf": 1, "nvl": 1, "host": 3}, {"block": 2, "leaf": 2, "nvl": 2, "host": 3}
+    assert holds.loosest([tight, loose]) == loose
+    assert holds.loosest([None, tight]) == tight
+    assert holds.loosest([None]) is None
 
 
 def test_why_says_reserved_when_only_railyards_holds_explain_the_span():

@@ -101,6 +101,52 @@ def test_compare_names_the_gangs_b_lost_and_why():
     assert pergang.compare({"D": d}) is None
 
 
+# Two blocks: b1 has 3 nodes, each its own leaf; b2 one leaf of 2 nodes.
+TWO_BLOCKS = topotext.parse("""
+block b1
+  rack r1
+    nvl n1: h1
+  rack r2
+    nvl n1: h2
+  rack r3
+    nvl n1: h3
+block b2
+  rack r1
+    nvl n1: h4 h5
+""").nodes
+
+
+def test_a_gang_kept_in_its_narrowest_block_spans_more_leaves_than_the_bound_and_that_is_not_the_planner():
+    paths = analysis.node_paths(TWO_BLOCKS)
+    free = {f"h{i}": 8 for i in range(1, 6)}
+    # Each level on its own: 1 block (b1), 2 leaves (b2/r1 + one of b1's), 2 NVLink domains.
+    assert pergang.fewest_domains(paths, free, 3, 8) == {"block": 1, "leaf": 2, "nvl": 2, "host": 3}
+    # Kept in b1, the only block that holds 3: 3 leaves and 3 NVLink domains.
+    assert pergang.fewest_in_narrowest(paths, free, 3, 8) == {"block": 1, "leaf": 3, "nvl": 3, "host": 3}
+    # 2 pods fit b2/r1/n1: the narrowest is that NVLink domain.
+    assert pergang.fewest_in_narrowest(paths, free, 2, 8) == {"block": 1, "leaf": 1, "nvl": 1, "host": 2}
+    assert pergang.fewest_in_narrowest(paths, free, 6, 8) is None
+    jobs = [workload.Job("g", "gang", 3, 8, 0.0, None)]
+
+    def arm(name: str, placed: dict[str, str]) -> dict:
+        pods = {p: runner.PodRecord(p, "g", 8, created=0.5, bound=5.0, node=n) for p, n in placed.items()}
+        return analysis.analyse(runner.ArmResult(name, pods, 10.0, 1.0), jobs, TWO_BLOCKS, {})[0]
+
+    b = arm("B", {"g-0": "h1", "g-1": "h2", "g-2": "h3"})  # all of b1
+    d = arm("D", {"g-0": "h4", "g-1": "h5", "g-2": "h1"})  # b2/r1 and b1/r1: 2 blocks
+    assert b["gang_records"]["g"]["fewest_narrowest"] == {"block": 1, "leaf": 3, "nvl": 3, "host": 3}
+    comp = pergang.compare({"B": b, "D": d})
+    assert comp["summary"]["D"]["b_wider"] == {"block": 0, "leaf": 1, "nvl": 1, "host": 0}
+    assert comp["summary"]["D"]["arm_wider"] == {"block": 1, "leaf": 0, "nvl": 0, "host": 0}
+    (loss,) = comp["losses"]
+    assert loss["why"] == {"leaf": "narrowest", "nvl": "narrowest"}
+    # Over both blocks where b1 held it: wider than even the narrowest placement, the planner's.
+    b_wide = arm("B", {"g-0": "h1", "g-1": "h2", "g-2": "h4"})
+    tight = arm("D", {"g-0": "h1", "g-1": "h4", "g-2": "h5"})
+    (loss,) = pergang.compare({"B": b_wide, "D": tight})["losses"]
+    assert loss["levels"] == ["leaf", "nvl"] and loss["why"] == {"leaf": "planner", "nvl": "planner"}
+
+
 def test_gpus_another_gang_took_right_after_count_as_held_not_the_planners():
     # B's gang over r1's two NVLink domains at t=5 while r2/n1 looked free; gang x bound there at
     # t=6 (planned before g, its GPUs held: the watch sees only the binding). D's gang took r2/n1.

@@ -178,7 +178,8 @@ def test_zzz_after_the_fuzz(live):
     live.forget_the_fuzz()
     deadline = time.monotonic() + 30  # held binds see their gang forgotten, then answer
     while live.http._counters.held_binds:
-        assert time.monotonic() < deadline, f"{live.http._counters.held_binds} binds still held"
+        assert time.monotonic() < deadline, (f"{live.http._counters.held_binds} binds still held",
+                                             live.ext.debug_gangs(), live.held_state(), live.clock.now)
         live.ext.explain("fuzz/tick")
         time.sleep(0.1)
     live.clock.now += 61  # and the gang book's next collection
