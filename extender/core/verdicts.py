@@ -199,6 +199,15 @@ def member_deleted(member: str, gang: str) -> str:
     return f"member {member} was deleted while gang {gang} waited; planning again"
 
 
+def member_moved(member: str, gang: str, now_in: str) -> str:
+    return f"member {member} of gang {gang} now belongs to gang {now_in}, planned with it; planning again"
+
+
+def plan_emptied(gang: str) -> str:
+    return (f"gang {gang} holds no slot of its plan any more (its members were bound outside railyard's "
+            f"bind, deleted, or planned with another gang); planning again")
+
+
 def member_unshown(member: str, gang: str, why: str) -> str:
     return (f"member {member} of gang {gang} was forgotten: filter asked about it but the watch never "
             f"showed the pod ({why}); planning again")

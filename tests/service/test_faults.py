@@ -5,6 +5,7 @@ clock, the real service."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 from extender import topotext
@@ -196,6 +197,44 @@ def test_a_member_recreated_under_its_name_while_the_watch_was_down_releases_the
     assert not t.is_alive()
     assert str(errors["g-0"]) == "member ml/g-1 was deleted while gang ml/g waited; planning again"
     assert binder.bound == []
+
+
+def test_a_member_relabelled_into_another_gang_releases_its_old_gang_at_once():
+    """Pod labels can change: a member of a planned gang relabelled to another pod group and
+    planned there takes its slot with it. The old gang is planned again at once (its held
+    member answered), not left planned with no slot, never timing out and holding its members'
+    binds until kube-scheduler cuts them (the HTTP fuzz found it)."""
+    ext, binder, pods, plan, errors, t = first_member_waiting()
+    moved = copy.deepcopy(pods[1])
+    moved["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = "h"
+    moved["metadata"]["annotations"]["railyard.io/min-member"] = "1"
+    ext.pod_upserted(TRANSLATE.pod(moved))
+    assert ext.filter(moved, NODES).node_names
+    t.join(5)  # answered at once, not at the 90 s deadline
+    assert not t.is_alive()
+    assert str(errors["g-0"]) == "member ml/g-1 of gang ml/g now belongs to gang ml/h, planned with it; planning again"
+    assert list(ext.ctx.state.reservations()) == ["ml/h"] and binder.bound == []
+    assert {g.gang: g.phase for g in ext.debug_gangs()}["ml/h"] == "planned"
+
+
+def test_a_gang_whose_members_were_bound_outside_railyards_bind_is_not_left_planned():
+    """Every member of a planned gang shown bound on its planned node without railyard's bind
+    (a profile without the extender's bind, or a hand-set nodeName): the slots are gone with
+    them. The gang is planned again with the reason, and forgotten at the next collection,
+    not left planned with nothing to time out (the HTTP fuzz found it)."""
+    ext, _, clock = extender()
+    pods = gang("g", 2, 8, annotations={"railyard.io/timeout-seconds": "90"})
+    plan = steer(ext, pods)
+    for p in pods:
+        facts = TRANSLATE.pod(p)
+        ext.pod_upserted(dataclasses.replace(facts, node=plan[facts.key], phase="Running"))
+    (view,) = ext.debug_gangs()
+    assert (view.phase, view.reason) == ("pending", "gang ml/g holds no slot of its plan any more (its members "
+                                         "were bound outside railyard's bind, deleted, or planned with another "
+                                         "gang); planning again")
+    assert ext.ctx.state.reservations() == {}
+    clock.now += 61
+    assert ext.debug_gangs() == []
 
 
 def test_a_taint_the_members_do_not_tolerate_releases_the_gang_one_they_tolerate_does_not():

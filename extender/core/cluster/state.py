@@ -97,6 +97,8 @@ class ClusterState:
         self._used: dict[str, int] = {}
         self._reservations: dict[str, Reservation] = {}
         self._reserved_by_member: dict[str, tuple[str, Slot]] = {}
+        self._emptied: list[str] = []
+        """Gangs whose reservation lost its last slot to a member (``take_emptied``)."""
         self._reserved: dict[str, int] = {}
         self._reserved_rails: dict[str, dict[str, int]] = {}
         self._topology: Topology | None = None
@@ -267,6 +269,15 @@ class ClusterState:
             self._reservations[gang] = Reservation(gang, rest, res.deadline, res.bound)
         else:
             del self._reservations[gang]
+            if not res.bound:
+                self._emptied.append(gang)
+
+    def take_emptied(self) -> list[str]:
+        """The gangs whose reservation lost its last slot since the last call (a member bound
+        on it outside railyard's gate, deleted, or planned with another gang): nothing of their
+        plan is held any more, so no deadline of theirs will pass (``GangBook.expire``)."""
+        emptied, self._emptied = self._emptied, []
+        return emptied
 
     # -- snapshot ---------------------------------------------------------------------------
 

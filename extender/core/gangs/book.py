@@ -235,6 +235,10 @@ class GangBook:
             capped = verdicts.timeout_capped(rec.key, spec.timeout_capped_from, spec.timeout_seconds)
             rec.reason += f"; {capped}"
             self.notices.append(Notice(rec.members, "GangTimeoutCapped", capped))
+        for s in gpu_slots:  # a member whose slot another gang's plan held (its group label changed)
+            other = self.state.slot_gang(s.member)
+            if other is not None and other != rec.key:
+                self.member_deleted(other, s.member, verdicts.member_moved(s.member, other, rec.key))
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
@@ -452,7 +456,8 @@ class GangBook:
         return changed
 
     def expire(self, now: float) -> bool:
-        """Time out gangs whose deadline passed before every member waited at permit."""
+        """Time out gangs whose deadline passed before every member waited at permit, and plan
+        again those that no longer hold any slot of their plan."""
         changed = False
         starvation.lapse(self.state, now)
         for key in self.state.expired(now):
@@ -469,6 +474,11 @@ class GangBook:
             self.unreserve(rec, Event.DEADLINE, reason, TIMED_OUT)
             self.observer.gang_finished("timed_out")
             changed = True
+        for key in self.state.take_emptied():  # planned, but no slot of the plan left to expire
+            rec = self._gangs.get(key)
+            if rec is not None and rec.phase in RESERVED and self.state.reservation(key) is None:
+                self.unreserve(rec, Event.MEMBER_LOST, verdicts.plan_emptied(key))
+                changed = True
         return changed
 
     def end_claims(self, now: float, running: Callable[[str], bool]) -> bool:
