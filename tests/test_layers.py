@@ -155,6 +155,9 @@ LONG_CLASSES: dict[str, str] = {
     "extender.core.devices.ledger:DeviceLedger": "the DRA objects and the indexes between them (devices by pool and "
                                                  "node, claims by holder, pool and device) kept in step: capacity, "
                                                  "usage and demand all read the same indexes",
+    "extender.core.cluster.state:ClusterState": "the cluster's nodes, pods and reservations with the per-node "
+                                                "counters (used, reserved, taken, rails) every write moves in "
+                                                "step; a reservation and its slots' counters change together",
     "extender.core.gangs.book:GangBook": "the executor of the lifecycle table: every transition (plan, steer, "
                                          "permit, leads first, bound, deadline, lost member or node) writes the "
                                          "gang's record, and only the book may (tests/core/gangs/test_records.py); "
