@@ -54,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--gpus-as-dra", action="store_true",
                     help="publish the nodes' nvidia.com/gpu as DRA devices: NVIDIA's gpu.nvidia.com DeviceClass "
                          "(extendedResourceName nvidia.com/gpu), one ResourceSlice per node, no GPUs in "
-                         "allocatable; the scheduler config drops managedResources (docs/dra.md)")
+                         "allocatable (docs/dra.md)")
     up.add_argument("--with-kueue", dest="kueue", action="store_true",
                     help="also run Kueue's manager (tools/kueue): its CRDs, webhooks on 127.0.0.1, "
                          "integrations pod and batch/job")

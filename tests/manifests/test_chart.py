@@ -184,8 +184,12 @@ def test_another_release_name_and_namespace_keep_every_reference_whole():
     assert cfg["extenders"][0]["tlsConfig"]["serverName"] == "gpu-railyard-extender.sched.svc"
     role = find(objects, "Role", "gpu-railyard-scheduler-leader-election")
     assert role["rules"][1]["resourceNames"] == ["gpu-railyard-scheduler"]
-    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert [s["namespace"] for s in binding["subjects"]] == ["sched"], binding["metadata"]["name"]
+    # The admission policy's binding names the policy of this release.
+    policy = find(objects, "MutatingAdmissionPolicy", "gpu-railyard-gang-members")
+    assert find(objects, "MutatingAdmissionPolicyBinding", "gpu-railyard-gang-members")["spec"] == {
+        "policyName": policy["metadata"]["name"]}
 
 
 @pytest.mark.parametrize("values, message", [

@@ -58,10 +58,10 @@ extenders:
       caFile: /etc/railyard/tls/ca.crt
       serverName: {{ include "railyard.tlsServerName" . }}
     {{- end }}
-    # Only pods that request GPUs reach the extender; kube-scheduler still checks GPU fit.
+    # Only gang members reach the extender (templates/admission-policy.yaml gives them the marker).
     managedResources:
-      - name: nvidia.com/gpu
-        ignoredByScheduler: false
+      - name: railyard.io/gang-member
+        ignoredByScheduler: true
     # Never skip the extender on errors: kube-scheduler would bind gang members one by one.
     ignorable: false
     # Must outlast the longest gang timeout held at bind, plus the Bindings' retries.
