@@ -31,11 +31,14 @@ class Bindings(Protocol):
 
 class Gates(Protocol):
     """Lifting railyard's scheduling gate from gang members, each first nominated to its planned
-    node. Calls block. Per pod, in order, None or the error."""
+    node; nominating gated members. Calls block. Per pod, in order, None or the error."""
 
     def release_all(self, pods: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
         """For every (pod, node), if the pod still has its uid: write ``node`` as its
         ``status.nominatedNodeName`` (none when ``node`` is empty), then remove the gate."""
+    def nominate_all(self, pods: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
+        """For every (pod, node), if the pod still has its uid: write ``node`` as its
+        ``status.nominatedNodeName`` (clear it when ``node`` is empty); the gate stays."""
 
 
 class Evictions(Protocol):

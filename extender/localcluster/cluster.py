@@ -89,6 +89,8 @@ class UpOptions:
     of ``workloads.CONTROLLERS``; Trainer brings JobSet."""
     gpus_as_dra: bool = False
     """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
+    steer_lone_pods: bool = False
+    """Lone GPU pods reach railyard too (``--steer-lone-pods``; ``config.steer_lone_pods``)."""
     replicas: int = 1
     """kube-scheduler + railyard pairs (``--replicas``): above 1, the schedulers elect a leader
     on a Lease (``config.LEADER_LEASE``), each pair on its own ports, as the manifests run them."""
@@ -238,6 +240,8 @@ def _start_all(
     for replica in replicas:
         rendered = config.render_scheduler_config(
             custom_config, kubeconfig_file, config.extender_base(replica.ports) if options.extender else None)
+        if options.steer_lone_pods:
+            rendered = config.steer_lone_pods(rendered, str(options.extender_settings.get("placement.gpu_resource", dra.GPU)))
         (workdir / replica.config_name).write_text(config.dump_yaml(config.leader_election(rendered) if ha else rendered))
 
     if ext_url is not None:

@@ -19,7 +19,11 @@ member not created yet has no nomination: its slot is railyard's alone, and a lo
 it; the late member's planned node is then refused by kube-scheduler and the gang planned again.
 A gang that cannot be planned stays gated, holding nothing, with the reason in an Event; if it
 may preempt, railyard's preemption chooses its victims as kube-scheduler's preempt call would
-have it do. It is tried again when pods finish or go, nodes change, or its size settles.
+have it do. It is tried again when pods finish or go, nodes change, or its size settles. A gang
+that starves (``core.gangs.starvation``) holds the GPUs of its drain as they free up: each gated
+member is nominated to its drain slot's node, gate kept, so that lone pods, which do not reach
+railyard's filter, keep off those GPUs too (kube-scheduler counts a gated pod's nomination:
+``PriorityQueue.addPod`` and ``Update``, scheduling_queue.go).
 
 Orchestration only: the book plans; the writes go through the Gates port, outside the lock.
 """
@@ -31,9 +35,10 @@ import threading
 from typing import Callable, Protocol
 
 from extender.core import verdicts
-from extender.core.errors import Settling
-from extender.core.gangs.book import GangRecord
+from extender.core.errors import Preferring, Settling
+from extender.core.gangs.record import GangRecord
 from extender.core.gangs.lifecycle import HOLDING, Phase
+from extender.core.gangs.starvation import DRAIN
 from extender.core.model import PodFacts, PodRef
 from extender.service.context import Context, per_pod
 from extender.service.preemption import GangPreemption, Job
@@ -69,10 +74,16 @@ class GangRelease:
         failed, and pods railyard holds no gang for, no node named (a field the API server
         dropped after admission, such as ``spec.schedulingGroup`` with its feature gate off;
         labels changed since; a pod railyard cannot size)."""
+        self._nominated: dict[str, str] = {}
+        """Gated member -> the drain node railyard nominated it to (written, or being written)."""
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
         self._retry = False
         """GPUs freed or nodes changed since the last sweep: every gated gang is tried again."""
+        self._timers: dict[str, float] = {}
+        """Gang -> when (``ctx.clock``) to try it again though nothing changed: a gang left
+        unplaced starves at its bound, and its drain lapses unless the gang asks again within it
+        (kube-scheduler's retries ask for a gang that reaches the filter; a gated one has none)."""
         self._swept = float("-inf")
         self._wake = threading.Event()
 
@@ -108,29 +119,37 @@ class GangRelease:
 
     def relisted(self, pods: list[PodFacts]) -> None:
         self._gated.clear()
+        self._timers.clear()
         self._strays.clear()
+        self._nominated.clear()
         for pod in pods:
             self.pod_seen(pod)
         self.freed()
 
     def _forget(self, gang: str, key: str) -> None:
         self._strays.pop(key, None)
+        self._nominated.pop(key, None)
         members = self._gated.get(gang)
         if members is not None:
             members.pop(key, None)
             if not members:
                 del self._gated[gang]
+                self._timers.pop(gang, None)
 
     # -- the release pass (its own thread) -------------------------------------------------------
 
     def run(self, wait: float) -> int:
         """Wait up to ``wait`` seconds for something to do, then plan the gangs that are due and
         release the planned ones; returns how many members were released."""
-        self._wake.wait(min(wait, SWEEP_SECONDS) if self._retry else wait)
+        ctx = self.ctx
+        if self._retry:
+            wait = min(wait, SWEEP_SECONDS)
+        if self._timers:
+            wait = max(0.0, min(wait, min(self._timers.values()) - ctx.clock()))
+        self._wake.wait(wait)
         self._wake.clear()
         if not self.active:
             return 0
-        ctx = self.ctx
         jobs: list[Job] = []
         with ctx.cond:
             if not (self._gated or self._strays) or not self.sink.ready():
@@ -139,21 +158,35 @@ class GangRelease:
                 self.sink.redetect()
             now = ctx.tick()
             sweep = self._retry and now - self._swept >= SWEEP_SECONDS
-            gangs = set(self._gated) if sweep else self._due & set(self._gated)
+            timed = {g for g, at in self._timers.items() if at <= now}
+            for gang in timed:
+                del self._timers[gang]
+            gangs = set(self._gated) if sweep else (self._due | timed) & set(self._gated)
             self._due.clear()
             if sweep:
                 self._retry, self._swept = False, now
             lifts: list[tuple[PodRef, str]] = list(self._strays.values())
             self._strays.clear()
+            nominations: list[tuple[PodRef, str]] = []
             for gang in sorted(gangs):
                 released, job = self._decide(gang, now)
                 lifts += released
                 jobs += job
+                nominations += self._drain_nominations(gang)
             ctx.changed()
         self.preemption.start(jobs)
+        assert ctx.ports.gates is not None
+        if nominations:
+            failed = {k for k, e in per_pod(ctx.ports.gates.nominate_all, nominations).items() if e is not None}
+            if failed:
+                log.warning("nominating %d gated members to their drain's nodes failed (%s); trying again",
+                            len(failed), ", ".join(sorted(failed)[:5]))
+                with ctx.cond:
+                    for key in failed:
+                        self._nominated.pop(key, None)
+                    self._retry = True
         if not lifts:
             return 0
-        assert ctx.ports.gates is not None
         errors = {k: e for k, e in per_pod(ctx.ports.gates.release_all, lifts).items() if e is not None}
         for key, exc in errors.items():
             log.warning("%s", exc)
@@ -163,6 +196,29 @@ class GangRelease:
                     if ref.key in errors:
                         self._strays[ref.key] = (ref, node)
         return len(lifts) - len(errors)
+
+    def _time(self, rec: GangRecord, now: float) -> None:
+        """When to try an unplaced gang again if nothing changes before: at its starvation bound,
+        then (draining) every half bound, so its drain is asked for again before it lapses."""
+        bound = self.ctx.book.starvation_seconds
+        if not bound or rec.unplaced_since is None:
+            return
+        at = rec.unplaced_since + bound
+        self._timers[rec.key] = at if at > now else now + max(bound / 2, SWEEP_SECONDS)
+
+    def _drain_nominations(self, gang: str) -> list[tuple[PodRef, str]]:
+        """Each gated member of a starving gang with its drain slot's node, where railyard has not
+        nominated it there yet; with no drain (it lapsed, or the gang was planned) a member
+        railyard nominated to one with no node: the nomination is cleared."""
+        drain = self.ctx.state.reservation(gang + DRAIN)
+        nodes = {s.member.removesuffix(DRAIN): s.node for s in drain.slots} if drain is not None else {}
+        out = []
+        for key, ref in self._gated.get(gang, {}).items():
+            node = nodes.get(key, "")
+            if self._nominated.get(key, "") != node:
+                self._nominated[key] = node
+                out.append((ref, node))
+        return out
 
     def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job]]:
         """The gang's gated members to release, each with its planned node, and the preemption
@@ -176,6 +232,7 @@ class GangRelease:
             self._wake.set()
         if not members:
             self._gated.pop(gang, None)
+            self._timers.pop(gang, None)
             return [], []
         held = [p for p in members if p.held_by]
         if held:
@@ -198,13 +255,21 @@ class GangRelease:
                 for pod in members:
                     ctx.ports.events.event(pod, "GangWaiting", rec.reason, "Normal")
                 return [], []
+            except Preferring:
+                # It waits for a domain of its preferred level, holding nothing (``reserve`` said
+                # so in a GangPreferring Event): a domain freeing or its wait ending, the next
+                # passes look again.
+                self._retry = True
+                return [], []
             if rec.phase == Phase.PENDING:
                 jobs = self.preemption.member(rec, first, now)
         if rec.phase not in HOLDING:
             for pod in members:
                 ctx.ports.events.event(pod, "GangUnschedulable", rec.reason)
+            self._time(rec, now)
             return [], jobs
         del self._gated[gang]
+        self._timers.pop(gang, None)
         out = []
         names = list(ctx.state.topology.names)
         for pod in members:

@@ -23,7 +23,7 @@ from extender.localcluster import processes
 
 from .helpers import (
     BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, metric, names_of, namespace, pods_by_name, unique,
-    wait_for, wait_for_phase, wait_released,
+    wait_for, wait_for_phase, wait_released, wait_unschedulable,
 )
 
 pytestmark = pytest.mark.e2e
@@ -204,3 +204,54 @@ def test_a_gang_held_by_another_components_gate_is_planned_once_that_gate_goes(c
     with BindingWatch(core, ns) as watch:
         watch.wait_bound(names_of(gang), 60, "the gang")
         watch.assert_whole()
+
+
+@pytest.fixture(scope="module")
+def starving_cluster(local_cluster):
+    """4 nodes x 8 GPUs in two NVLink domains (b1-r1-n1: h1 h2; b1-r1-n2: h1 h2), and a
+    starvation bound of 3 s."""
+    return local_cluster(topology="blocks=1 racks=1 nvl=2 nodes=2 gpus=8 scheme=topograph", extender=True,
+                         extender_settings={"gangs.starvation_seconds": 3})
+
+
+def test_a_starving_gangs_drain_holds_against_lone_pods(starving_cluster):
+    """Past the starvation bound a gang's drain holds the GPUs of its domain as they free up.
+    Lone pods no longer pass railyard's filter: the gated members are nominated to their drain
+    slots' nodes, and kube-scheduler keeps a lone pod of the same priority off them. Fails
+    without the nominations: the lone pod takes the first drained node that frees."""
+    cluster = starving_cluster
+    core = cluster.core
+    ns = namespace(core)
+    try:
+        fill = create_pods(core, ns, [gpu_pod(unique("fill"), 8) for _ in range(4)])
+        running = wait_for_phase(core, ns, fill, "Running", timeout=60)
+        on = {p.spec.node_name: name for name, p in running.items()}
+        gang = gang_pods(unique("g"), 2, gpus=8, required="nvlink")
+        create_pods(core, ns, gang)
+
+        def drained():
+            pods = pods_by_name(core, ns)
+            nodes = {pods[n].status.nominated_node_name for n in names_of(gang)}
+            gated = all(GATE in [g.name for g in pods[n].spec.scheduling_gates or []] for n in names_of(gang))
+            return nodes if gated and None not in nodes else None
+
+        drain = sorted(wait_for(drained, 60, "the starving gang's members nominated to its drain, gated"))
+        # Model: one NVLink domain's two nodes (the topograph names put the domain first).
+        assert len(drain) == 2 and drain[0].rsplit("-", 1)[0] == drain[1].rsplit("-", 1)[0], drain
+        late = gpu_pod(unique("late"), 8)
+        core.delete_namespaced_pod(on[drain[0]], ns, grace_period_seconds=0)
+        create_pods(core, ns, [late])
+        message = wait_unschedulable(core, ns, late["metadata"]["name"])
+        assert "Insufficient nvidia.com/gpu" in message, message
+        with BindingWatch(core, ns) as watch:
+            core.delete_namespaced_pod(on[drain[1]], ns, grace_period_seconds=0)
+            placed = watch.wait_bound(names_of(gang), 60, "the gang, once its drain freed")
+            watch.assert_whole()
+        assert sorted(placed.values()) == drain
+        assert not core.read_namespaced_pod(late["metadata"]["name"], ns).spec.node_name
+        other = next(n for n in on if n not in drain)  # the lone pod was kept off the drain only
+        core.delete_namespaced_pod(on[other], ns, grace_period_seconds=0)
+        wait_for(lambda: core.read_namespaced_pod(late["metadata"]["name"], ns).spec.node_name == other, 60,
+                 "the lone pod on the node freed outside the drain")
+    finally:
+        delete_pods(core, ns)

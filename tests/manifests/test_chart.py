@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from extender import app, settings as settings_mod
-from extender.localcluster import binaries
+from extender.localcluster import binaries, config as localconfig
 from tests.manifests.render import (CHART, NAMESPACE, VARIANTS, find, helm, helm_template, helm_template_run,
                                     helm_variant, kustomize_command, kustomize_variant, require_helm, values_file)
 
@@ -169,6 +169,23 @@ def test_values_reach_the_objects_they_name():
     assert settings == {"gangs": {"default_timeout_seconds": 90}, "preemption": {"enabled": False},
                         "server": {"listen": "127.0.0.1:8888", "prefix": "/scheduler", "metrics_listen": "0.0.0.0:9090"},
                         "grpc": {"listen": "127.0.0.1:8889"}}
+
+
+def test_steer_lone_pods_adds_the_gpu_resource_the_local_cluster_adds():
+    """``extender.steerLonePods`` renders the managedResources of docs/reference.md's "Steering lone
+    GPU pods", the same as ``cluster up --steer-lone-pods`` runs (tests/e2e/test_lone_pods.py);
+    off, the marker alone."""
+    def managed(values: dict[str, Any]) -> list[dict[str, Any]]:
+        cfg = yaml.safe_load(find(helm_template(values), "ConfigMap", "railyard-scheduler-config")["data"]["scheduler-config.yaml"])
+        return cfg["extenders"][0]["managedResources"]
+
+    reference = localconfig.reference_scheduler_config()
+    steered = localconfig.steer_lone_pods(reference, "nvidia.com/gpu")
+    assert managed({"extender": {"steerLonePods": True}}) == steered["extenders"][0]["managedResources"] == [
+        {"name": "railyard.io/gang-member", "ignoredByScheduler": True},
+        {"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert managed({}) == reference["extenders"][0]["managedResources"] == [
+        {"name": "railyard.io/gang-member", "ignoredByScheduler": True}]
 
 
 def test_another_release_name_and_namespace_keep_every_reference_whole():

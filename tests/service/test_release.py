@@ -28,6 +28,7 @@ class GateBinder(MemoryBinder):
     def __init__(self, fail_release=frozenset()):
         super().__init__()
         self.released: list[tuple[str, str]] = []
+        self.nominated: list[tuple[str, str]] = []
         self.fail_release = set(fail_release)
 
     def release_all(self, pods):
@@ -39,6 +40,10 @@ class GateBinder(MemoryBinder):
             self.released.append((ref.key, node))
             out.append(None)
         return out
+
+    def nominate_all(self, pods):
+        self.nominated += list((ref.key, node) for ref, node in pods)
+        return [None] * len(pods)
 
 
 class GatedExtender(Extender):
@@ -171,3 +176,57 @@ def test_freed_gpus_replan_waiting_gangs_at_most_every_half_second():
     ext.clock.now += 0.5
     assert sorted(binder.released) == [] and ext.release_gangs(wait=0) == 2
     assert sorted(node for _, node in binder.released) == ["h5", "h6"]  # n3
+
+
+def test_a_starving_gated_gang_nominates_its_members_to_its_drain_and_lands_there():
+    """Past the starvation bound the gang's drain holds GPUs as they free up; lone pods no longer
+    pass railyard's filter, so each gated member is nominated to its drain slot's node (gate
+    kept) and kube-scheduler keeps pods of no lower priority off them. Written once, not at
+    every pass."""
+    ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)))
+    pods = gang("g", 2, 8, annotations={"railyard.io/min-member": "2"}, **GATED)
+    for p in pods:
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 0 and binder.nominated == []  # no room, not starving yet
+    ext.clock.now += 61  # nothing changed, but the gang starves now: it is tried again
+    assert ext.release_gangs(wait=0) == 0
+    drain = {s.member: s.node for s in ext.ctx.state.reservations()["ml/g#drain"].slots}
+    # Model: on the cluster drained of every running pod, 2 x 8 GPUs fit on the 2 nodes of one
+    # NVLink domain: n1 (h1 h2), n2 (h3 h4) or n3 (h5 h6).
+    assert sorted(binder.nominated) == sorted((m.removesuffix("#drain"), n) for m, n in drain.items())
+    assert {n for _, n in binder.nominated} in ({"h1", "h2"}, {"h3", "h4"}, {"h5", "h6"})
+    assert binder.released == []  # still gated
+    ext.pod_upserted({**pods[1]})
+    assert ext.release_gangs(wait=0) == 0 and len(binder.nominated) == 2  # nothing new to write
+    # The gang asks again every half bound, so its drain (held for a bound after each ask) stays.
+    for _ in range(3):
+        ext.clock.now += 31
+        assert ext.release_gangs(wait=0) == 0
+    assert {s.member: s.node for s in ext.ctx.state.reservations()["ml/g#drain"].slots} == drain
+    assert len(binder.nominated) == 2
+    # The drained domain's busy node frees: the gang is planned there and released, nominated again.
+    busy = [n for _, n in binder.nominated if n != "h6"]
+    for filler in topotext.load(DRAWING).filler_pods():
+        if filler["spec"]["nodeName"] in busy:
+            ext.pod_deleted(filler)
+    ext.clock.now += 1
+    assert ext.release_gangs(wait=0) == 2
+    assert sorted(binder.released) == sorted(binder.nominated)
+
+
+def test_a_gated_gang_that_prefers_a_narrower_domain_waits_then_is_released_wider():
+    """A preferred level with a bounded wait: the release pass waits it out (before, the pass
+    failed at every try with the gang's Preferring), then plans the gang wider."""
+    ext, binder = extender()
+    annotations = {"railyard.io/min-member": "2", "railyard.io/preferred-topology": "nvlink",
+                   "railyard.io/preferred-topology-wait-seconds": "10"}
+    for p in gang("g", 2, 6, annotations=annotations, **GATED):
+        ext.pod_upserted(p)
+    # Model: 6 GPUs are free only on h4 (NVLink n2) and h6 (n3); no NVLink domain holds 2 x 6.
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.released == [] and binder.events[-1][0] == "GangPreferring"
+    ext.clock.now += 5
+    assert ext.release_gangs(wait=0) == 0  # still within its wait
+    ext.clock.now += 6
+    assert ext.release_gangs(wait=0) == 2
+    assert sorted(node for _, node in binder.released) == ["h4", "h6"]

@@ -169,23 +169,30 @@ class KubeBinder:
         scheduling gate, concurrently; both patches carry the uid. A pod gone is not an error."""
         return self.writes.run(self._release_all(pods))
 
-    async def _release_all(self, pods: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
-        return list(await asyncio.gather(*(self._release(pod, node) for pod, node in pods)))
+    def nominate_all(self, pods: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
+        """Nominate each pod to its node (``status.nominatedNodeName``, the uid as precondition; an
+        empty node clears it), concurrently, leaving its gate; a pod gone is not an error."""
+        return self.writes.run(self._release_all(pods, lift=False))
 
-    async def _release(self, pod: PodRef, node: str) -> KubernetesError | None:
+    async def _release_all(self, pods: Sequence[tuple[PodRef, str]], lift: bool = True) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._release(pod, node, lift) for pod, node in pods)))
+
+    async def _release(self, pod: PodRef, node: str, lift: bool) -> KubernetesError | None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
         try:
-            if node:
+            if node or not lift:  # nominating to no node clears the nomination
                 await self.writes.json("PATCH", path + "/status", timeout=self.timeout,
-                                       body={"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}},
+                                       body={"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node or None}},
                                        content_type="application/merge-patch+json")
-            await self.writes.json("PATCH", path, body=ungate(pod.uid), timeout=self.timeout,
-                                   content_type="application/strategic-merge-patch+json")
+            if lift:
+                await self.writes.json("PATCH", path, body=ungate(pod.uid), timeout=self.timeout,
+                                       content_type="application/strategic-merge-patch+json")
             return None
         except NotFound:
             return None
         except KubernetesError as exc:
-            return type(exc)(f"lifting the scheduling gate {GATE} of pod {pod.key} failed: {exc}", exc.status)
+            what = f"lifting the scheduling gate {GATE} of" if lift else f"nominating {node} for"
+            return type(exc)(f"{what} pod {pod.key} failed: {exc}", exc.status)
 
     def delete_pod(self, pod: PodRef) -> None:
         """Delete the pod if it still has its UID; a pod already gone is not an error."""

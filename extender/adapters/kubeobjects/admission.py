@@ -121,9 +121,13 @@ def policy_objects(scheduler_names: Sequence[str], gpu_resource: str) -> list[di
     return [policy, binding]
 
 
-def managed_resources() -> list[dict[str, Any]]:
-    """The scheduler config's ``extenders[].managedResources``."""
-    return [{"name": MARKER, "ignoredByScheduler": True}]
+def managed_resources(steered_gpu_resource: str | None = None) -> list[dict[str, Any]]:
+    """The scheduler config's ``extenders[].managedResources``: the marker, which only gang
+    members carry; with ``steered_gpu_resource``, also that resource, checked by kube-scheduler
+    too (``ignoredByScheduler: false``), so every pod asking for it reaches railyard as well
+    (lone GPU pods steered: docs/reference.md, "Steering lone GPU pods")."""
+    steered = [{"name": steered_gpu_resource, "ignoredByScheduler": False}] if steered_gpu_resource else []
+    return [{"name": MARKER, "ignoredByScheduler": True}, *steered]
 
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -281,6 +281,19 @@ def test_a_release_nominates_the_member_then_lifts_only_railyards_gate_both_with
     assert "application/strategic-merge-patch+json" in apiserver.content_types
 
 
+def test_a_nomination_keeps_the_gate_and_an_empty_node_clears_it(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-3"
+    apiserver.reply("PATCH", path + "/status", 200, pod("llama-3"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    assert b.nominate_all([(PodRef("ml", "llama-3", "uid-3"), "gpu-002")]) == [None]
+    assert b.nominate_all([(PodRef("ml", "llama-3", "uid-3"), "")]) == [None]
+    b.close()
+    assert apiserver.seen("PATCH", path + "/status") == [
+        ({}, {"metadata": {"uid": "uid-3"}, "status": {"nominatedNodeName": "gpu-002"}}),
+        ({}, {"metadata": {"uid": "uid-3"}, "status": {"nominatedNodeName": None}})]
+    assert apiserver.seen("PATCH", path) == []  # the gate stays
+
+
 def test_a_refused_release_names_the_pod_and_the_api_servers_words(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-3"
     apiserver.reply("PATCH", path + "/status", 409, status(409, "Precondition failed: UID in precondition: uid-3, "
