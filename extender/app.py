@@ -101,6 +101,9 @@ class App:
     """Applies time to the service every ``TICK_SECONDS`` (``TopologyExtender.expire``): the verbs apply
     it on every call, but a quiet cluster makes none, and what a burst of calls for pods that
     never existed left (docs/faults.md, Bad input) would stay until the next one."""
+    release: Every | None = None
+    """Lifts the scheduling gates of planned gangs (``TopologyExtender.release_gangs``); each
+    pass waits up to a second for a gated member or freed GPUs."""
 
     def start(self) -> tuple[str, int]:
         """Serve first (healthz answers, readyz says not ready), then list and watch."""
@@ -118,14 +121,16 @@ class App:
         self.metrics.sample(self.service.held, listeners)
         if self.tls_reloader is not None:
             self.tls_reloader.start()
-        if self.ticker is not None:
-            self.ticker.start()
+        for thread in (self.ticker, self.release):
+            if thread is not None:
+                thread.start()
         self.cache.start()
         return address
 
     def stop(self) -> None:
-        if self.ticker is not None:
-            self.ticker.stop()
+        for thread in (self.ticker, self.release):
+            if thread is not None:
+                thread.stop()
         self.cache.stop()
         if self.grpc is not None:
             self.grpc.stop()
@@ -231,7 +236,8 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
     metrics = Metrics(registry)
     api = Api(client or kube_client(settings))
     binder = KubeBinder(api, metrics, event_interval=settings.gangs.event_interval_seconds)
-    ports = Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME, observer=metrics)
+    ports = Ports(bindings=binder, evictions=binder, events=binder, claims=binder, scheme=SCHEME, observer=metrics,
+                  gates=binder)
     resources = resources_for(settings.workloads.enabled())
     service = TopologyExtender(settings, ports, kinds=tuple(r.kind for r in resources))
     translator = Translator(settings.placement.gpu_resource, settings.placement.volcano_tiers,
@@ -260,4 +266,5 @@ def build(settings: Settings, client: ApiClient | None = None) -> App:
                                  max_message_bytes=g.max_message_bytes, ready=cache.synced)
     view = ViewServer(service.topology_view, settings.view) if settings.view.listen else None
     return App(settings, metrics, binder, service, cache, server, grpc_server, tls_reloader=reloader, view=view,
-               ticker=Every(TICK_SECONDS, service.expire, "tick"))
+               ticker=Every(TICK_SECONDS, service.expire, "tick"),
+               release=Every(0.0, service.release_gangs, "release"))

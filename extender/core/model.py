@@ -372,6 +372,12 @@ class PodFacts:
     part: int | None = None
     """Which part of its gang the pod belongs to (a JobSet pod's Job, by global index): in a
     gang whose parts are placed exclusively (``EXCLUSIVE``), its slice. None: no part."""
+    gated: bool = False
+    """``spec.schedulingGates`` holds railyard's gate: kube-scheduler tries the pod only once
+    railyard lifts it, for the whole gang at once (``service.release``)."""
+    held_by: tuple[str, ...] = ()
+    """Other components' scheduling gates on the pod (Kueue's admission gate...): railyard
+    plans its gang only once they are gone."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.namespace}/{self.name}")

@@ -1,7 +1,7 @@
 """The ports: what the core and the service need from the world, as Protocols, named in
 Kubernetes' own words (Bindings, evictions, Events, ResourceClaims).
 
-``app.py`` wires them (``Ports``): Bindings, Evictions, Events and Claims ->
+``app.py`` wires them (``Ports``): Bindings, Gates, Evictions, Events and Claims ->
 ``adapters/k8s/binder.KubeBinder`` (one client to the API server), Observer ->
 ``adapters/metrics.Metrics``, LabelScheme -> ``adapters/kubeobjects.SCHEME``. Defining an
 interface does no I/O; the implementations live in the adapters.
@@ -27,6 +27,18 @@ class Bindings(Protocol):
     def mark_all(self, marks: Sequence[tuple[PodRef, BindingMark]]) -> Sequence[Exception | None]:
         """Record on every pod, if it still has its uid, the Binding round it is about to be
         bound in."""
+
+
+class Gates(Protocol):
+    """Lifting railyard's scheduling gate from gang members, each first nominated to its planned
+    node; nominating gated members. Calls block. Per pod, in order, None or the error."""
+
+    def release_all(self, pods: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
+        """For every (pod, node), if the pod still has its uid: write ``node`` as its
+        ``status.nominatedNodeName`` (none when ``node`` is empty), then remove the gate."""
+    def nominate_all(self, pods: Sequence[tuple[PodRef, str]]) -> Sequence[Exception | None]:
+        """For every (pod, node), if the pod still has its uid: write ``node`` as its
+        ``status.nominatedNodeName`` (clear it when ``node`` is empty); the gate stays."""
 
 
 class Evictions(Protocol):
@@ -95,3 +107,6 @@ class Ports:
     claims: Claims
     scheme: LabelScheme
     observer: Observer = field(default_factory=NullObserver)
+    gates: Gates | None = None
+    """None: no gate is ever lifted (gang members are then created without one: no admission
+    policy, as in unit tests)."""

@@ -382,6 +382,11 @@ def waiting(gang: str, at_bind: int, need: int, seconds: float, left: float) -> 
             f"the rest must arrive within {max(left, 0):.0f}s")
 
 
+def held_by_others(gang: str, held: int, members: int, gates: list[str]) -> str:
+    return (f"gang {gang}: {held} of {members} gated members still carry other scheduling gates "
+            f"({', '.join(gates[:5])}{', ...' if len(gates) > 5 else ''}); railyard plans it once those are lifted")
+
+
 def waiting_for_leads(gang: str, leads: int, need: int, seconds: float, left: float) -> str:
     return (f"gang {gang}: {leads}/{need} leads at bind, the first member for {seconds:.0f}s; the leads "
             f"bind once all {need} are here, within {max(left, 0):.0f}s (the others bind as they come)")

@@ -54,7 +54,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--gpus-as-dra", action="store_true",
                     help="publish the nodes' nvidia.com/gpu as DRA devices: NVIDIA's gpu.nvidia.com DeviceClass "
                          "(extendedResourceName nvidia.com/gpu), one ResourceSlice per node, no GPUs in "
-                         "allocatable; the scheduler config drops managedResources (docs/dra.md)")
+                         "allocatable (docs/dra.md)")
+    up.add_argument("--steer-lone-pods", action="store_true",
+                    help="lone GPU pods reach railyard too (its filter, preemption veto and bind), at their "
+                         "scheduling speed: the GPU resource beside the gang marker in managedResources "
+                         "(docs/reference.md, \"Steering lone GPU pods\")")
     up.add_argument("--with-kueue", dest="kueue", action="store_true",
                     help="also run Kueue's manager (tools/kueue): its CRDs, webhooks on 127.0.0.1, "
                          "integrations pod and batch/job")
@@ -178,6 +182,7 @@ def run_up(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         extender_settings=dict(args.extender_settings),
         gpus_as_dra=args.gpus_as_dra,
+        steer_lone_pods=args.steer_lone_pods,
     )
     # A polite kill of `up` must still stop what it started: turn SIGTERM into an exception.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

@@ -38,7 +38,7 @@ from typing import Any, Sequence, TextIO
 import yaml
 
 from extender.localcluster import binaries as binaries_mod, kustomize, managers, workloads
-from extender.localcluster import config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
+from extender.localcluster import admission, config, dra, identity, kueue as kueue_mod, nodes as nodes_mod, pki as pki_mod, processes
 from extender.localcluster.apiclient import (CREATE_PARALLELISM, ApiClient, api_message, http_ok, http_text, wait_healthy,
                                              wait_healthy_or_restart)
 from extender.localcluster.errors import ClusterError
@@ -89,6 +89,8 @@ class UpOptions:
     of ``workloads.CONTROLLERS``; Trainer brings JobSet."""
     gpus_as_dra: bool = False
     """Publish the nodes' GPUs as DRA devices (ResourceSlices), not allocatable (``dra.py``)."""
+    steer_lone_pods: bool = False
+    """Lone GPU pods reach railyard too (``--steer-lone-pods``; ``config.steer_lone_pods``)."""
     replicas: int = 1
     """kube-scheduler + railyard pairs (``--replicas``): above 1, the schedulers elect a leader
     on a Lease (``config.LEADER_LEASE``), each pair on its own ports, as the manifests run them."""
@@ -220,6 +222,8 @@ def _start_all(
     wait_healthy(workdir, apiserver, lambda: api.ok("/readyz"), timeout)
 
     _say(log, f"creating {len(node_set.nodes)} nodes" + (", their GPUs as DRA devices" if options.gpus_as_dra else ""))
+    if ext_url is not None:
+        node_set = admission.advertised(node_set)
     if options.gpus_as_dra:
         create_dra(api, node_set)
     else:
@@ -236,11 +240,13 @@ def _start_all(
     for replica in replicas:
         rendered = config.render_scheduler_config(
             custom_config, kubeconfig_file, config.extender_base(replica.ports) if options.extender else None)
-        if options.gpus_as_dra and custom_config is None:
-            rendered = dra.without_managed_resources(rendered)
+        if options.steer_lone_pods:
+            rendered = config.steer_lone_pods(rendered, str(options.extender_settings.get("placement.gpu_resource", dra.GPU)))
         (workdir / replica.config_name).write_text(config.dump_yaml(config.leader_election(rendered) if ha else rendered))
 
     if ext_url is not None:
+        _say(log, "installing the admission policy that marks and gates gang members")
+        admission.install(api, rendered, str(options.extender_settings.get("placement.gpu_resource", dra.GPU)), timeout)
         # Not admin: the ServiceAccount and RBAC from manifests/, so e2e tests prove them enough.
         extender_kubeconfig = workdir / "extender.kubeconfig"
         user = identity.create_extender_identity(api, pki.ca_cert, api_url, extender_kubeconfig)

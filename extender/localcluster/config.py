@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from extender.adapters.kubeobjects.admission import managed_resources
 from extender.localcluster.pki import Pki
 
 HOST = "127.0.0.1"
@@ -199,6 +200,16 @@ def render_scheduler_config(
         config["extenders"] = extenders
     else:
         config.pop("extenders", None)
+    return config
+
+
+def steer_lone_pods(config: dict[str, Any], gpu_resource: str) -> dict[str, Any]:
+    """``config`` with every extender's ``managedResources`` as docs/reference.md's "Steering
+    lone GPU pods" has it: the marker and ``gpu_resource``, so pods of no gang that ask for GPUs
+    reach railyard too."""
+    config = copy.deepcopy(config)
+    for extender in config.get("extenders") or []:
+        extender["managedResources"] = managed_resources(gpu_resource)
     return config
 
 

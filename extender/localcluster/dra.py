@@ -13,8 +13,9 @@ What a 2026 GPU cluster with NVIDIA's DRA driver looks like to the scheduler, wi
   ``railyard-fill``), not a filler pod: a pod bound by name would get no devices.
 
 Nothing here needs a feature gate or runtime-config on 1.37.2 (resource.k8s.io/v1 is served by
-default). The scheduler config drops ``managedResources``: a pod whose GPUs come from claims asks
-no ``nvidia.com/gpu``, and kube-scheduler sends only pods asking a managed resource to an extender.
+default). The scheduler config is the reference one: the admission policy marks gang members whose
+GPUs come from claims as it marks the others (``adapters/kubeobjects/admission``), so they reach
+railyard through ``managedResources`` while lone pods do not.
 """
 
 from __future__ import annotations
@@ -97,11 +98,3 @@ def fill_claim(node: str, gpus: int) -> tuple[dict[str, Any], dict[str, Any]]:
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}
     return claim, status
-
-
-def without_managed_resources(config: dict[str, Any]) -> dict[str, Any]:
-    """The scheduler config with no extender limited to ``managedResources`` (module docstring)."""
-    config = copy.deepcopy(config)
-    for extender in config.get("extenders") or []:
-        extender.pop("managedResources", None)
-    return config

@@ -32,6 +32,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from extender.adapters.kubeobjects import MARKER
 from extender.localcluster import kustomize, managers, pki as pki_mod
 from extender.localcluster.apiclient import ApiClient
 from extender.localcluster.config import HOST, Ports
@@ -93,6 +94,11 @@ def tas_enabled(gates: dict[str, bool]) -> bool:
     return gates.get(TAS_GATE, True)
 
 
+MARKER_PREFIX = MARKER.split("/", 1)[0] + "/"
+"""Kueue leaves resources with this prefix out of quota (``resources.excludeResourcePrefixes``,
+apis/config/v1beta2/configuration_types.go, v0.17.0): the gang members' marker."""
+
+
 def manager_config(ports: Ports, cert_dir: Path, feature_gates: dict[str, bool] | None = None,
                    frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
     """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for this cluster.
@@ -114,6 +120,9 @@ def manager_config(ports: Ports, cert_dir: Path, feature_gates: dict[str, bool] 
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": CLIENT_QPS, "burst": CLIENT_BURST},
         "integrations": {"frameworks": list(frameworks)},
+        # railyard's admission policy marks gang members with railyard.io/gang-member, which no
+        # ClusterQueue covers: Kueue would refuse to admit them (manifests/overlays/kueue).
+        "resources": {"excludeResourcePrefixes": [MARKER_PREFIX]},
         "featureGates": dict(sorted(effective_gates(feature_gates).items())),
     }
 

@@ -13,6 +13,8 @@ transport, no decision of its own: the core decides, the adapters translate).
     preemption.py  a high-priority gang's preemption: the domain reserved, the victims
                    evicted through the Eviction API, a refusal choosing again.
     recovery.py    Binding rounds another railyard left partly bound, finished or undone.
+    release.py     gated gang members released whole: planned from the watch, each nominated
+                   to its planned node, then the scheduling gate lifted.
     whatif.py      what-if planning (``railyard plan``, PlanGang) and the read-only answers
                    (ExplainPod, /debug/gangs, WatchGangs).
     topoview.py    the live topology view's snapshot: the cache copied under the lock.

@@ -20,6 +20,7 @@ from extender.service.context import Context
 from extender.service.gate import PermitGate
 from extender.service.preemption import GangPreemption
 from extender.service.recovery import Recovery
+from extender.service.release import GangRelease
 from extender.service.sink import KINDS, CacheSink
 from extender.service.verbs import Verbs
 from extender.settings import Settings
@@ -35,6 +36,8 @@ class TopologyExtender:
         self.preemption = GangPreemption(ctx)
         self.sink = CacheSink(ctx, self.preemption, kinds)
         self.verbs = Verbs(ctx, self.sink, PermitGate(ctx), self.preemption, Recovery(ctx))
+        self.release = GangRelease(ctx, self.sink, self.preemption, self.verbs.reserve)
+        self.sink.release = self.release if self.release.active else None
 
     # -- the cache sink (watch threads) ---------------------------------------------------------
 
@@ -87,6 +90,11 @@ class TopologyExtender:
 
     def preempt(self, pod: PodFacts, victims: dict[str, list[str]]) -> dict[str, list[str]]:
         return self.verbs.preempt(pod, victims)
+
+    def release_gangs(self, wait: float = 1.0) -> int:
+        """Lift the scheduling gates of gangs that are planned now (``service.release``), after
+        waiting up to ``wait`` seconds for a reason to look; returns the members released."""
+        return self.release.run(wait)
 
     def expire(self) -> None:
         """Apply time with no call to carry it (``App.ticker``, every few seconds): on a quiet

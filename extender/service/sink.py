@@ -6,7 +6,7 @@ and the sizing of pods by their claims (``core.devices.ledger``).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from extender.core import verdicts
 from extender.core.devices import ledger
@@ -17,6 +17,9 @@ from extender.core.gangs.lifecycle import RESERVED, Event
 from extender.core.model import GangRef, GangSpec, GroupFacts, NodeFacts, PodFacts
 from extender.service.context import Context
 from extender.service.preemption import GangPreemption
+
+if TYPE_CHECKING:
+    from extender.service.release import GangRelease
 
 KINDS = ("nodes", "pods", "podgroups")
 """What the watch cache lists before railyard plans a gang, unless told otherwise (``kinds``):
@@ -37,6 +40,8 @@ class CacheSink:
         """A node carries labels of a preset not seen before: detect the levels again (``redetect``)."""
         self._synced: frozenset[str] = frozenset()
         """Replaced, never changed: ``ready`` reads it without the lock."""
+        self.release: GangRelease | None = None
+        """Told of gated gang members and of freed GPUs (``service.release``)."""
 
     def ready(self) -> bool:
         # No lock: /readyz answers while a long call (a relist, a large PlanGang) holds it.
@@ -57,6 +62,8 @@ class CacheSink:
             self.levels_stale = True
         old = ctx.state.node(node.name)
         ctx.state.upsert_node(node)
+        if self.release is not None and old != node:
+            self.release.freed()
         if old is not None and (old.unschedulable, old.ready, old.taints) != (node.unschedulable, node.ready,
                                                                                node.taints):
             if ctx.book.node_changed(node):  # a planned node no longer takes its members
@@ -77,6 +84,8 @@ class CacheSink:
             ctx.shown(pod)
             ctx.rounds.changed(pod, ctx.clock())
             ctx.arrivals.noted(pod, ctx.pods, ctx.clock())
+            if self.release is not None:
+                self.release.pod_seen(pod)
 
     def pod_deleted(self, pod: PodFacts) -> None:
         ctx = self.ctx
@@ -87,6 +96,8 @@ class CacheSink:
             ctx.arrivals.noted(pod, ctx.pods, ctx.clock())
             if pod.gang.named and ctx.book.member_deleted(pod.gang.key, pod.key):
                 ctx.changed()
+            if self.release is not None:
+                self.release.pod_gone(pod)
 
     def group_upserted(self, group: GroupFacts) -> None:
         ctx = self.ctx
@@ -149,6 +160,8 @@ class CacheSink:
                         released = True
                 if released:
                     ctx.changed()
+                if self.release is not None:
+                    self.release.relisted(pods)
             elif kind in DRA_KINDS:
                 dra = [o for o in objects if isinstance(o, (DeviceClassFacts, SliceFacts, ClaimFacts, ClaimTemplateFacts))]
                 self._dra_changed(ctx.devices.relisted(DRA_KINDS[kind], dra))

@@ -63,7 +63,7 @@ class Verbs:
                 return waiting
             for _ in range(2):  # a plan whose node the scheduler refuses is made again at once
                 if rec.phase == Phase.PENDING:
-                    self._reserve(rec, pod, node_names, now)
+                    self.reserve(rec, pod, node_names, now)
                 before = rec.round
                 verdict = ctx.book.steer(rec, pod, node_names)
                 if rec.round == before:
@@ -93,7 +93,9 @@ class Verbs:
         finally:
             ctx.cond.release()
 
-    def _reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+    def reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+        """Plan a PENDING gang for ``pod`` among ``node_names`` (what kube-scheduler sent; every
+        node when ``service.release`` plans a gated gang), or raise Settling."""
         ctx = self.ctx
         spec, _, running = ctx.request(rec, pod)
         wait = ctx.unsettled(spec, now)

@@ -111,7 +111,7 @@ class ClusterStarter:
                  extender: bool = False, scheduler_config: Path | None = None,
                  kueue: bool = False, kueue_feature_gates: str | None = None,
                  feature_gates: dict[str, bool] | None = None, runtime_config: tuple[str, ...] = (),
-                 gpus_as_dra: bool = False, replicas: int = 1,
+                 gpus_as_dra: bool = False, steer_lone_pods: bool = False, replicas: int = 1,
                  extender_settings: dict[str, Any] | None = None,
                  kubernetes_version: str | None = None, controllers: bool = True,
                  workload_controllers: tuple[str, ...] = ()) -> Cluster:
@@ -147,6 +147,8 @@ class ClusterStarter:
             args += ["--runtime-config", ",".join(runtime_config)]
         if gpus_as_dra:
             args.append("--gpus-as-dra")
+        if steer_lone_pods:
+            args.append("--steer-lone-pods")
         args += [f"--with-{name}" for name in workload_controllers]
         if replicas != 1:
             args += ["--replicas", str(replicas)]

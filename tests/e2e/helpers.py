@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -234,6 +236,32 @@ def wait_unschedulable(core: CoreV1Api, ns: str, name: str, timeout: float = 60)
         return None
 
     return wait_for(message, timeout, f"pod {ns}/{name} to be Unschedulable")
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """Sum of a counter's samples matching ``labels`` in a /metrics text."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(url + "/metrics", timeout=5, context=context) as reply:
+        text = reply.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})?\s+(\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def wait_gang_reason(core: CoreV1Api, ns: str, name: str, timeout: float = 60,
+                     reason: str = "GangUnschedulable") -> str:
+    """Wait until railyard told a gated gang member why its gang is not planned (an Event
+    ``GangUnschedulable``, or ``GangWaiting`` while another component's gate holds it:
+    kube-scheduler never tries a gated pod, so no condition says it); return its message."""
+    def message() -> str | None:
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        return next((e.message for e in events if e.reason == reason), None)
+
+    return wait_for(message, timeout, f"railyard's reason on gang member {ns}/{name}")
 
 
 def delete_pods(core: CoreV1Api, ns: str) -> None:

@@ -26,7 +26,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from .helpers import BindingWatch, create_podgroup, delete_pods, namespace, node_labels, wait_for, wait_released
+from .helpers import BindingWatch, create_podgroup, delete_pods, namespace, node_labels, wait_for, wait_gang_reason, wait_released
 from .native import KUBERNETES, NATIVE_GATES, NATIVE_RUNTIME_CONFIG, PLUGIN_OFF, PLUGIN_ON, member, scheduler_config
 
 pytestmark = pytest.mark.e2e
@@ -212,14 +212,9 @@ def test_a_gang_of_undeclared_size_binds_whole_once_settled(cluster, ns):
         seen = wait_for(waiting_reason, 30, "railyard to say the gang waits to settle")
         assert 1 <= int(seen.group(1)) <= 3 and float(seen.group(2)) < 5.0, seen.group(0)
 
-        def condition() -> str | None:
-            for c in cluster.core.read_namespaced_pod("g-0", ns).status.conditions or []:
-                if c.type == "PodScheduled" and c.status == "False" and settling.search(c.message or ""):
-                    return f"{c.reason}: {c.message}"
-            return None
-
-        # What `kubectl describe pod` shows meanwhile: kube-scheduler's error, railyard's words.
-        assert wait_for(condition, 30, "the settle reason in g-0's PodScheduled condition").startswith("SchedulerError")
+        # What `kubectl describe pod` shows meanwhile: the members wait gated (kube-scheduler
+        # tries none), and railyard's words in an Event.
+        assert settling.search(wait_gang_reason(cluster.core, ns, "g-0", 30, reason="GangWaiting"))
         bound = watch.wait_bound(names, BIND_TIMEOUT, "the settled gang")
         first = min(watch.first_seen(names))
         assert first >= last + 5.0 - watch.interval, f"bound {first - last:.1f}s after the last member, not settled"

@@ -55,13 +55,14 @@ def state(cluster) -> dict[str, Any]:
 
 
 def dry_run_apply(dynamic: DynamicClient, objects: list[dict[str, Any]]) -> None:
-    """Server-side apply with dryRun=All, as ``kubectl apply --server-side --dry-run=server``."""
+    """Server-side apply with dryRun=All, as ``kubectl apply --server-side --force-conflicts
+    --dry-run=server``: the local cluster made the admission policy itself, for its own profiles."""
     for obj in objects:
         resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         try:
             dynamic.server_side_apply(resource, body=obj, name=obj["metadata"]["name"],
                                       namespace=obj["metadata"].get("namespace"),
-                                      field_manager="railyard-e2e", dry_run="All")
+                                      field_manager="railyard-e2e", dry_run="All", force_conflicts=True)
         except kubernetes.client.ApiException as exc:
             pytest.fail(f"{obj['kind']} {obj['metadata']['name']} refused by the API server: {exc.body}",
                         pytrace=False)

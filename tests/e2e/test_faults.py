@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-import ssl
 import time
-import urllib.request
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -28,8 +26,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from .helpers import (
-    BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, names_of, namespace, node_labels, run_railyard, wait_for,
-    wait_released,
+    BindingWatch, create_pods, delete_pods, gang_pods, gpu_pod, metric, names_of, namespace, node_labels, run_railyard,
+    wait_for, wait_released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -65,20 +63,6 @@ def gang(cluster, ns: str, name: str) -> dict[str, Any]:
 
 def events(core, ns: str, reason: str) -> list:
     return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """Sum of a counter's samples matching ``labels`` in a /metrics text."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    with urllib.request.urlopen(url + "/metrics", timeout=5, context=context) as reply:
-        text = reply.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})?\s+(\S+)$", line)
-        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
 
 
 # -- a planned node lost while the gang waits at bind --------------------------------------------

@@ -1,6 +1,7 @@
 """What Slurm users reach for, on the real kube-scheduler, kwok nodes and the real extender
 process (issue 26, docs/slurm.md): a preferred NVLink level with a bounded wait
-(``--switches=1@max-time``) and an exclusive NVLink domain (``--exclusive=topo``).
+(``--switches=1@max-time``) and an exclusive NVLink domain (``--exclusive=topo``), with lone GPU
+pods steered through railyard (``cluster up --steer-lone-pods``).
 
     leaf r1:  nvl n1: a1 a2      nvl n2: b1 b2        (8 GPUs each)
     leaf r2:  nvl n3: c1 c2 c3   nvl n4: d1 d2        (the exclusive gang's cluster)
@@ -50,7 +51,10 @@ RETRY = 25
 
 @pytest.fixture(scope="module")
 def cluster(local_cluster):
-    return local_cluster(topology=TOPOLOGY, extender=True)
+    # Lone GPU pods steered (docs/reference.md, "Steering lone GPU pods"): an exclusive domain
+    # holds against lone pods only when they reach railyard's filter. Gang members are gated and
+    # released whole either way.
+    return local_cluster(topology=TOPOLOGY, extender=True, steer_lone_pods=True)
 
 
 @pytest.fixture

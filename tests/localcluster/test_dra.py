@@ -3,7 +3,7 @@ tests/e2e/test_dra.py run them on the real control plane)."""
 
 from __future__ import annotations
 
-from extender.localcluster import config, dra
+from extender.localcluster import dra
 from extender.localcluster.nodes import NodeSet, normalize_nodes
 
 
@@ -31,14 +31,8 @@ def test_gpus_move_from_allocatable_to_one_slice_per_node():
     assert [r["device"] for r in status["status"]["allocation"]["devices"]["results"]] == ["gpu-0", "gpu-1", "gpu-2"]
 
 
-def test_the_device_class_is_nvidias_and_the_scheduler_sends_every_pod():
+def test_the_device_class_is_nvidias():
     assert dra.DEVICE_CLASS["spec"] == {
         "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
                                              "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}],
         "extendedResourceName": "nvidia.com/gpu"}
-    reference = config.reference_scheduler_config()
-    assert reference["extenders"][0]["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
-    changed = dra.without_managed_resources(reference)
-    assert "managedResources" not in changed["extenders"][0]
-    assert {k: v for k, v in changed["extenders"][0].items()} == {
-        k: v for k, v in reference["extenders"][0].items() if k != "managedResources"}

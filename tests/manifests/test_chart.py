@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from extender import app, settings as settings_mod
-from extender.localcluster import binaries
+from extender.localcluster import binaries, config as localconfig
 from tests.manifests.render import (CHART, NAMESPACE, VARIANTS, find, helm, helm_template, helm_template_run,
                                     helm_variant, kustomize_command, kustomize_variant, require_helm, values_file)
 
@@ -171,6 +171,23 @@ def test_values_reach_the_objects_they_name():
                         "grpc": {"listen": "127.0.0.1:8889"}}
 
 
+def test_steer_lone_pods_adds_the_gpu_resource_the_local_cluster_adds():
+    """``extender.steerLonePods`` renders the managedResources of docs/reference.md's "Steering lone
+    GPU pods", the same as ``cluster up --steer-lone-pods`` runs (tests/e2e/test_lone_pods.py);
+    off, the marker alone."""
+    def managed(values: dict[str, Any]) -> list[dict[str, Any]]:
+        cfg = yaml.safe_load(find(helm_template(values), "ConfigMap", "railyard-scheduler-config")["data"]["scheduler-config.yaml"])
+        return cfg["extenders"][0]["managedResources"]
+
+    reference = localconfig.reference_scheduler_config()
+    steered = localconfig.steer_lone_pods(reference, "nvidia.com/gpu")
+    assert managed({"extender": {"steerLonePods": True}}) == steered["extenders"][0]["managedResources"] == [
+        {"name": "railyard.io/gang-member", "ignoredByScheduler": True},
+        {"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert managed({}) == reference["extenders"][0]["managedResources"] == [
+        {"name": "railyard.io/gang-member", "ignoredByScheduler": True}]
+
+
 def test_another_release_name_and_namespace_keep_every_reference_whole():
     """Names follow the release (``<release>-railyard`` unless it contains "railyard") and the
     namespace; whatever names one object gives another must follow with it."""
@@ -184,8 +201,12 @@ def test_another_release_name_and_namespace_keep_every_reference_whole():
     assert cfg["extenders"][0]["tlsConfig"]["serverName"] == "gpu-railyard-extender.sched.svc"
     role = find(objects, "Role", "gpu-railyard-scheduler-leader-election")
     assert role["rules"][1]["resourceNames"] == ["gpu-railyard-scheduler"]
-    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert [s["namespace"] for s in binding["subjects"]] == ["sched"], binding["metadata"]["name"]
+    # The admission policy's binding names the policy of this release.
+    policy = find(objects, "MutatingAdmissionPolicy", "gpu-railyard-gang-members")
+    assert find(objects, "MutatingAdmissionPolicyBinding", "gpu-railyard-gang-members")["spec"] == {
+        "policyName": policy["metadata"]["name"]}
 
 
 @pytest.mark.parametrize("values, message", [

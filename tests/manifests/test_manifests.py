@@ -68,7 +68,7 @@ def test_the_reference_scheduler_config(base):
         "urlPrefix": "http://127.0.0.1:8888/scheduler",
         "filterVerb": "filter", "preemptVerb": "preempt", "bindVerb": "bind",
         "nodeCacheCapable": True, "enableHTTPS": False,
-        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
+        "managedResources": [{"name": "railyard.io/gang-member", "ignoredByScheduler": True}],
         "ignorable": False, "httpTimeout": "150s",
     }
 
@@ -100,6 +100,7 @@ def test_the_extender_role_is_exactly_what_railyard_uses(rendered):
         ("", "pods", "delete"),  # the compensating eviction after a failed gang bind
         ("", "pods", "patch"),  # the Binding round on each member before its Binding (recovery)
         ("", "pods/eviction", "create"),  # a gang's preemption victims (Eviction API)
+        ("", "pods/status", "patch"),  # a planned member's nominatedNodeName, before its gate is lifted
         ("", "events", "create"),
         *((("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
                                                 "resourceclaimtemplates") for v in ("get", "list", "watch"))),
@@ -121,7 +122,7 @@ def test_no_wildcards_no_secrets_no_cluster_admin(rendered):
             assert "secrets" not in rule["resources"], obj["metadata"]["name"]
         if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             assert obj["roleRef"]["name"] != "cluster-admin"
-    bindings = [b for b in rendered if b["kind"].endswith("Binding")]
+    bindings = [b for b in rendered if b["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert all(len(b["subjects"]) == 1 for b in bindings)
     scheduler_roles = {b["roleRef"]["name"] for b in bindings if b["subjects"][0]["name"] == "railyard-scheduler"}
     second_scheduler = any(o["kind"] == "Deployment" for o in rendered)
@@ -133,7 +134,8 @@ def test_no_wildcards_no_secrets_no_cluster_admin(rendered):
 def test_the_deployment_runs_non_root_read_only_with_two_identities(rendered):
     if not any(o["kind"] == "Deployment" for o in rendered):
         assert {o["kind"] for o in rendered} <= {"Namespace", "ServiceAccount", "Secret", "ClusterRole",
-                                                 "ClusterRoleBinding"}  # main-scheduler: the identity only
+                                                 "ClusterRoleBinding", "MutatingAdmissionPolicy",
+                                                 "MutatingAdmissionPolicyBinding"}  # main-scheduler: the identity only
         return
     base = rendered
     deploy = find(base, "Deployment", "railyard-scheduler")
@@ -209,7 +211,8 @@ def test_the_manifests_root_is_the_base():
 
 def test_main_scheduler_overlay_is_the_extender_identity_only_and_its_snippet_matches():
     objs = render(MANIFESTS / "overlays" / "main-scheduler")
-    assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Secret",
+    assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRoleBinding", "MutatingAdmissionPolicy",
+                                               "MutatingAdmissionPolicyBinding", "Namespace", "Secret",
                                                "ServiceAccount"]
     snippet = yaml.safe_load((MANIFESTS / "overlays" / "main-scheduler" / "scheduler-extender.yaml").read_text())
     reference = yaml.safe_load((MANIFESTS / "base" / "scheduler-config.yaml").read_text())

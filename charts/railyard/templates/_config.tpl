@@ -58,10 +58,15 @@ extenders:
       caFile: /etc/railyard/tls/ca.crt
       serverName: {{ include "railyard.tlsServerName" . }}
     {{- end }}
-    # Only pods that request GPUs reach the extender; kube-scheduler still checks GPU fit.
+    # Only gang members reach the extender (templates/admission-policy.yaml gives them the marker);
+    # with extender.steerLonePods, every pod asking for GPUs too (kube-scheduler still checks GPU fit).
     managedResources:
+      - name: railyard.io/gang-member
+        ignoredByScheduler: true
+      {{- if .Values.extender.steerLonePods }}
       - name: nvidia.com/gpu
         ignoredByScheduler: false
+      {{- end }}
     # Never skip the extender on errors: kube-scheduler would bind gang members one by one.
     ignorable: false
     # Must outlast the longest gang timeout held at bind, plus the Bindings' retries.

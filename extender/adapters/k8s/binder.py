@@ -1,7 +1,7 @@
-"""The writes to the API server, one client behind four ports (``core.ports``): Bindings (and
-the marks before them), Evictions (the Eviction API for preemption, the compensating pod
-delete), Events, and Claims (clearing the allocation a failed binding cycle left on a
-ResourceClaim).
+"""The writes to the API server, one client behind five ports (``core.ports``): Bindings (and
+the marks before them), Gates (a member's nominated node, then its scheduling gate lifted),
+Evictions (the Eviction API for preemption, the compensating pod delete), Events, and Claims
+(clearing the allocation a failed binding cycle left on a ResourceClaim).
 
 ``bind_all`` creates a batch of Bindings at once over the async client (``api.AsyncApi``: one
 connection pool, one thread) and returns each one's error or None; ``bind`` is one of them,
@@ -27,7 +27,7 @@ from cachetools import TTLCache
 
 from extender.adapters.k8s.api import Api, AsyncApi
 from extender.adapters.k8s.errors import Conflict, KubernetesError, NotFound
-from extender.adapters.kubeobjects import binding_annotations
+from extender.adapters.kubeobjects import GATE, binding_annotations
 from extender.core.model import BindingMark, PodFacts, PodRef
 
 log = logging.getLogger("railyard.k8s.binder")
@@ -45,6 +45,12 @@ def binding(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def ungate(uid: str) -> dict[str, Any]:
+    """A strategic merge patch removing railyard's scheduling gate (``schedulingGates`` merges
+    by ``name``), refused if the pod is not the one with ``uid``."""
+    return {"metadata": {"uid": uid}, "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
 
 
 def deallocation(uid: str, resource_version: str) -> dict[str, Any]:
@@ -157,6 +163,36 @@ class KubeBinder:
             return None
         except KubernetesError as exc:
             return type(exc)(f"marking pod {pod.key} with its Binding round failed: {exc}", exc.status)
+
+    def release_all(self, pods: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
+        """Nominate each pod to its node (``status.nominatedNodeName``) and then lift railyard's
+        scheduling gate, concurrently; both patches carry the uid. A pod gone is not an error."""
+        return self.writes.run(self._release_all(pods))
+
+    def nominate_all(self, pods: Sequence[tuple[PodRef, str]]) -> list[KubernetesError | None]:
+        """Nominate each pod to its node (``status.nominatedNodeName``, the uid as precondition; an
+        empty node clears it), concurrently, leaving its gate; a pod gone is not an error."""
+        return self.writes.run(self._release_all(pods, lift=False))
+
+    async def _release_all(self, pods: Sequence[tuple[PodRef, str]], lift: bool = True) -> list[KubernetesError | None]:
+        return list(await asyncio.gather(*(self._release(pod, node, lift) for pod, node in pods)))
+
+    async def _release(self, pod: PodRef, node: str, lift: bool) -> KubernetesError | None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        try:
+            if node or not lift:  # nominating to no node clears the nomination
+                await self.writes.json("PATCH", path + "/status", timeout=self.timeout,
+                                       body={"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node or None}},
+                                       content_type="application/merge-patch+json")
+            if lift:
+                await self.writes.json("PATCH", path, body=ungate(pod.uid), timeout=self.timeout,
+                                       content_type="application/strategic-merge-patch+json")
+            return None
+        except NotFound:
+            return None
+        except KubernetesError as exc:
+            what = f"lifting the scheduling gate {GATE} of" if lift else f"nominating {node} for"
+            return type(exc)(f"{what} pod {pod.key} failed: {exc}", exc.status)
 
     def delete_pod(self, pod: PodRef) -> None:
         """Delete the pod if it still has its UID; a pod already gone is not an error."""

@@ -8,6 +8,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
     labels.py     topology label presets and level detection (the LabelScheme port)
     nodes.py      Node -> NodeFacts
     pods.py       Pod -> PodFacts (membership, rank, declarations)
+    admission.py  the MutatingAdmissionPolicy that marks and gates gang members, from pods.py's table
     resources.py  effective requests and allocatable, quantities bounded
     placement.py  nodeSelector, node affinity, tolerations -> Eligibility
     groups.py     each convention's group object -> GroupFacts; the precedence table
@@ -40,6 +41,7 @@ from extender.adapters.kubeobjects.labels import (
 from extender.adapters.kubeobjects.nodes import node_facts
 from extender.adapters.kubeobjects.pods import (
     DECLARING_ANNOTATIONS,
+    GATE,
     MEMBERSHIP,
     RANKS,
     binding_annotations,
@@ -50,13 +52,15 @@ from extender.adapters.kubeobjects.pods import (
     rank,
 )
 from extender.adapters.kubeobjects.placement import tolerations
+from extender.adapters.kubeobjects.resources import MARKER
 from extender.adapters.kubeobjects.workloads import KINDS as WORKLOAD_KINDS
 from extender.core.devices.facts import DraFacts
 from extender.core.model import GroupFacts, NodeFacts, PodFacts
 
 __all__ = [
-    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GROUP_APIS", "MEMBERSHIP", "PRESETS", "RANKS",
-    "SCHEME", "Translator", "WORKLOAD_KINDS", "binding_annotations", "binding_mark", "detect_levels", "explicit_levels", "gang_ref",
+    "CLIQUE", "CLIQUE_CLUSTER", "DECLARING_ANNOTATIONS", "DRA_KINDS", "GATE", "GROUP_APIS", "MARKER", "MEMBERSHIP",
+    "PRESETS", "RANKS", "SCHEME", "Translator", "WORKLOAD_KINDS", "binding_annotations", "binding_mark", "detect_levels",
+    "explicit_levels", "gang_ref",
     "node_facts",
     "pod_facts", "pod_gpus", "podgroup_facts", "rank", "tolerations",
 ]

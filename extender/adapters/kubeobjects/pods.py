@@ -102,6 +102,10 @@ def gang_ref(pod: Mapping[str, Any], kinds: frozenset[str] = frozenset(KINDS)) -
     return ref or GangRef(f"{ns}/{str_at(meta, 'name')}", False), problems
 
 
+GATE = "railyard.io/gang"
+"""The scheduling gate the admission policy (``admission.py``) puts on a gang member asking for
+GPUs; railyard lifts it for the whole gang once the gang is planned (``service.release``)."""
+
 BINDING = "railyard.io/binding"
 """Written by railyard on a member before its Binding: ``{"round": ..., "node": ..., "size": N}``,
 beside the member's address (``notes.address_annotations``)."""
@@ -140,6 +144,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str, kinds: frozenset[str] =
     gpus, requests, request_problems = pod_requests(pod, gpu_resource)
     where, where_problems = eligibility(pod, requests)
     priority, policy, priority_problems = preemption_facts(spec)
+    gates = scheduling_gates(spec)
     return PodFacts(
         namespace=str_at(meta, "namespace") or "default",
         name=str_at(meta, "name"),
@@ -160,9 +165,18 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str, kinds: frozenset[str] =
         claims=pod_claims(pod),
         priority=priority,
         preemption_policy=policy,
+        gated=GATE in gates,
+        held_by=tuple(g for g in gates if g != GATE),
         lead=is_lead(labels, annotations, kinds),
         part=job_part(labels, kinds),
     )
+
+
+def scheduling_gates(spec: Mapping[str, Any]) -> list[str]:
+    """The names in ``spec.schedulingGates`` (at most 64 read: the API server allows far fewer in practice)."""
+    raw = spec.get("schedulingGates")
+    gates = raw[:64] if isinstance(raw, list) else []
+    return [str(g["name"])[:253] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)]
 
 
 def preemption_facts(spec: Mapping[str, Any]) -> tuple[int, str, tuple[str, ...]]:

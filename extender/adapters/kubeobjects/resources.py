@@ -27,6 +27,12 @@ from extender.adapters.kubeobjects.fields import dict_at, list_at, str_at
 from extender.adapters.quantity import QuantityError, json_quantity, pod_quantity
 from extender.core.model import PODS, Resources
 
+MARKER = "railyard.io/gang-member"
+"""The extended resource (1 per pod) the admission policy (``admission.py``) gives each gang
+member: kube-scheduler calls the extender only for pods that request a ``managedResources``
+entry (``IsInterested``, pkg/scheduler/extender.go, kubernetes v1.37.2), so every other pod is
+filtered and bound by kube-scheduler alone. No node advertises it: kube-scheduler skips it
+(``ignoredByScheduler``) and so does railyard (never a request)."""
 MAX_GPUS = 4096
 """More GPUs than any node has: a larger count is a problem of the pod, not a plan."""
 MAX_RESOURCES = 64
@@ -60,6 +66,8 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, Resour
             problems.append(f"{where} names {len(names)} resources; railyard reads at most {MAX_RESOURCES}")
             names = names[:MAX_RESOURCES]
         for name in names:
+            if name == MARKER:
+                continue
             whole = integer_resource(name, gpu_resource)
             try:
                 if name in requests and name in limits:  # the request is read; the limit must pass too

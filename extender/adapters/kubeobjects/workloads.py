@@ -57,6 +57,17 @@ GANG_OPT_IN = "railyard.io/gang"
 """Label ``railyard.io/gang: "true"`` on an Indexed Job's pod template (and so on the Job):
 the Job is one gang of its parallelism."""
 
+LABELS = (
+    (JOBSETS, (JOBSET_NAME,)),
+    (LEADERWORKERSETS, (LWS_NAME,)),
+    (JOBS, (GANG_OPT_IN, JOB_NAME)),
+)
+"""Per kind, labels every member of its workload's gang carries when it is created (``workload_ref``
+needs each): the admission policy marks pods that carry all of a row (``admission.py``), and a
+test holds the two together. A LeaderWorkerSet's ``group-key`` is not among them: its pod
+webhook adds it after the policy has run, and a policy is run again only if it matched the first
+time. A pod the policy marks that turns out to be no gang is released at once."""
+
 MAX_NAME = 253
 """Longest object name Kubernetes accepts; a longer value is refused, not used as a key."""
 MAX_INDEX_DIGITS = 9

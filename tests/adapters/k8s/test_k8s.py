@@ -265,6 +265,48 @@ def test_a_members_mark_carries_its_round_and_its_address_in_one_merge_patch(api
     assert apiserver.content_types[-1] == "application/merge-patch+json"
 
 
+def test_a_release_nominates_the_member_then_lifts_only_railyards_gate_both_with_its_uid(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-3"
+    apiserver.reply("PATCH", path + "/status", 200, pod("llama-3"))
+    apiserver.reply("PATCH", path, 200, pod("llama-3"))
+    apiserver.reply("PATCH", "/api/v1/namespaces/ml/pods/gone", 404, status(404, 'pods "gone" not found', "NotFound"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    assert b.release_all([(PodRef("ml", "llama-3", "uid-3"), "gpu-002"), (PodRef("ml", "gone", "uid-9"), "")]) \
+        == [None, None]  # a pod gone has nothing left to lift
+    b.close()
+    assert apiserver.seen("PATCH", path + "/status") == [
+        ({}, {"metadata": {"uid": "uid-3"}, "status": {"nominatedNodeName": "gpu-002"}})]
+    assert apiserver.seen("PATCH", path) == [({}, {"metadata": {"uid": "uid-3"}, "spec": {"schedulingGates": [
+        {"$patch": "delete", "name": "railyard.io/gang"}]}})]
+    assert "application/strategic-merge-patch+json" in apiserver.content_types
+
+
+def test_a_nomination_keeps_the_gate_and_an_empty_node_clears_it(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-3"
+    apiserver.reply("PATCH", path + "/status", 200, pod("llama-3"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    assert b.nominate_all([(PodRef("ml", "llama-3", "uid-3"), "gpu-002")]) == [None]
+    assert b.nominate_all([(PodRef("ml", "llama-3", "uid-3"), "")]) == [None]
+    b.close()
+    assert apiserver.seen("PATCH", path + "/status") == [
+        ({}, {"metadata": {"uid": "uid-3"}, "status": {"nominatedNodeName": "gpu-002"}}),
+        ({}, {"metadata": {"uid": "uid-3"}, "status": {"nominatedNodeName": None}})]
+    assert apiserver.seen("PATCH", path) == []  # the gate stays
+
+
+def test_a_refused_release_names_the_pod_and_the_api_servers_words(apiserver):
+    path = "/api/v1/namespaces/ml/pods/llama-3"
+    apiserver.reply("PATCH", path + "/status", 409, status(409, "Precondition failed: UID in precondition: uid-3, "
+                                                                "UID in object meta: uid-4", "Conflict"))
+    b = binder(apiserver, Metrics(CollectorRegistry()))
+    (error,) = b.release_all([(PodRef("ml", "llama-3", "uid-3"), "gpu-002")])
+    b.close()
+    assert isinstance(error, errors.Conflict)
+    assert str(error).startswith("lifting the scheduling gate railyard.io/gang of pod ml/llama-3 failed: PATCH "
+                                 f"{path}/status: 409 Precondition failed")
+    assert apiserver.seen("PATCH", path) == []  # not ungated when its nomination was refused
+
+
 def test_bind_conflict_is_a_conflict_with_the_api_servers_words(apiserver):
     path = "/api/v1/namespaces/ml/pods/llama-0/binding"
     apiserver.reply("POST", path, 409, status(409, 'Operation cannot be fulfilled on pods/binding "llama-0": '
