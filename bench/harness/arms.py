@@ -13,6 +13,9 @@ annotations, inert without the extender), so the arms differ only in what the is
   scheduler-config.yaml`` bound to the local cluster, ``extender/localcluster/config.py``);
   single pods name its profile ``railyard-sampled`` (kube-scheduler's adaptive sample of
   feasible nodes, as in A), gang members its profile ``railyard`` (every node, as in A100);
+- AREF: B without railyard: the reference profiles (best fit on GPUs, single pods on
+  ``railyard-sampled``) with no extender, so A -> AREF is what the profiles cost and AREF -> B
+  what railyard adds beside them (issue 21);
 - B100: B with the single pods on the default profile too (every feasible node scored), so
   A100 -> B100 is the extender's cost at equal scoring, as A -> B is;
 - C: kube-scheduler (the run's version) with native gang scheduling and topology-aware workload scheduling
@@ -102,6 +105,9 @@ class Arm:
     """``spec.schedulerName`` of the pods that name no gang (None: the default profile)."""
     gang_scheduler_name: str | None = GANG_PROFILE
     """``spec.schedulerName`` of gang members (None: the default profile)."""
+    reference_profiles: bool = False
+    """Without the extender, keep the reference configuration's profiles (best fit on GPUs,
+    ``railyard-sampled``) instead of the stock ones ``cluster up --no-extender`` generates."""
 
 
 ARMS = {
@@ -109,6 +115,9 @@ ARMS = {
     "A100": Arm("A100", "kube-scheduler alone, percentageOfNodesToScore: 100", percentage_of_nodes_to_score=100),
     "B": Arm("B", "kube-scheduler + railyard (reference configuration; single pods on profile railyard-sampled)",
              extender=True, single_scheduler_name=SAMPLED_PROFILE),
+    # B without railyard: A -> AREF is what the reference profiles cost, AREF -> B what railyard does.
+    "AREF": Arm("AREF", "kube-scheduler alone with the reference profiles (best fit; single pods on railyard-sampled)",
+                percentage_of_nodes_to_score=100, single_scheduler_name=SAMPLED_PROFILE, reference_profiles=True),
     "B100": Arm("B100", "kube-scheduler + railyard, single pods scoring every node too", extender=True),
     # C keeps the generated configuration (percentageOfNodesToScore: 100), as in every run so far.
     "C": Arm("C", "kube-scheduler native gang + topology-aware workload scheduling",
@@ -125,8 +134,10 @@ def scheduler_config(arm: Arm) -> dict[str, Any] | None:
     extender arm, its ``$(EXTENDER_URL)`` to the cluster."""
     if arm.percentage_of_nodes_to_score == AS_GENERATED:
         return None
-    url = None if not arm.extender else localconfig.EXTENDER_URL_PLACEHOLDER + "/scheduler"
+    url = None if not (arm.extender or arm.reference_profiles) else localconfig.EXTENDER_URL_PLACEHOLDER + "/scheduler"
     config = localconfig.scheduler_config(Path("bound-by-cluster-up"), url)
+    if not arm.extender:
+        config.pop("extenders", None)
     if arm.percentage_of_nodes_to_score is None:
         config.pop("percentageOfNodesToScore", None)
     else:

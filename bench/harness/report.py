@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.harness import pergang, preemption, runs as runs_mod
 
-ARM_COLORS = {"A": "tab:gray", "A100": "black", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
+ARM_COLORS = {"A": "tab:gray", "A100": "black", "AREF": "tab:olive", "B": "tab:blue", "B100": "tab:cyan", "C": "tab:orange",
               "D": "tab:green"}
 #: Processes whose CPU per pod the decomposition compares (keys of ``cpu_ms_per_pod``).
 CLUSTER_PROCESSES = ("kube-scheduler", "kube-apiserver", "etcd", "kwok", "railyard")
@@ -18,6 +18,8 @@ STEPS = (
     ("A100", "B100", "the extender, every node scored: HTTP round trips + railyard's own work"),
     ("A", "B", "the extender, single pods on kube-scheduler's sample (profile railyard-sampled)"),
     ("A100", "B", "the extender and the sampled profile for single pods"),
+    ("A", "AREF", "the reference profiles alone: best fit on GPUs, single pods on railyard-sampled, no extender"),
+    ("AREF", "B", "railyard beside the same profiles (its watch, the admission policy, gang members' verbs)"),
 )
 LEVEL_ORDER = ("host", "nvl", "leaf", "block", "cluster")
 
@@ -28,6 +30,7 @@ RATIO_PAIRS = (
     ("throughput_score_all_vs_default", "A100", "A"),
     ("throughput_railyard_vs_score_all", "B", "A100"),
     ("throughput_railyard_every_node_vs_score_all", "B100", "A100"),
+    ("throughput_railyard_vs_reference_profiles", "B", "AREF"),
 )
 
 
@@ -321,7 +324,7 @@ def _markdown(doc: dict[str, Any], plots: list[str]) -> str:
             table(doc), "",
             "Ratios, raw throughput (process-only: the baseline's process CPU per pod over the arm's): "
             + ", ".join(f"{label} = {r.get(key)} ({r.get(key.replace('throughput_', 'process_only_', 1))})"
-                        for label, (key, _, _) in zip(("B/A", "A100/A", "B/A100", "B100/A100"), RATIO_PAIRS))
+                        for label, (key, _, _) in zip(("B/A", "A100/A", "B/A100", "B100/A100", "B/AREF"), RATIO_PAIRS))
             + f"; gang time-to-bind p99 B/C = {r['time_to_bind_p99_railyard_vs_native']}.", "",
             *runs_markdown(doc), *decomposition_markdown(doc), *pergang.markdown(doc), *preemption.markdown(doc),
             "## Targets (issues 5, 12 and 21; measured, never tuned for)", "",

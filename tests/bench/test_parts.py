@@ -74,6 +74,23 @@ def test_a_and_a100_differ_only_in_percentage_of_nodes_to_score():
     assert arms.scheduler_config(arms.ARMS["C"]) is None
 
 
+def test_aref_is_b_without_the_extender(tmp_path):
+    """AREF runs B's configuration (what ``cluster up`` generates with the extender) minus the
+    extender, so A -> AREF -> B splits what the profiles cost from what railyard adds."""
+    from bench.harness.workload import Job
+
+    aref = arms.scheduler_config(arms.ARMS["AREF"])
+    b = localconfig.scheduler_config(Path("bound-by-cluster-up"), localconfig.EXTENDER_URL_PLACEHOLDER + "/scheduler")
+    assert "extenders" in b and "extenders" not in aref
+    assert aref == {k: v for k, v in b.items() if k != "extenders"}
+    bound = localconfig.render_scheduler_config(aref, tmp_path / "kubeconfig", None)  # as `cluster up --no-extender`
+    assert "extenders" not in bound and [p["schedulerName"] for p in bound["profiles"]] == [
+        p["schedulerName"] for p in b["profiles"]]
+    single = Job("s0", "single", 1, 1, 0.0, None)
+    assert arms.pod(single, 0, arms.ARMS["AREF"])["spec"]["schedulerName"] == "railyard-sampled"
+    assert not arms.ARMS["AREF"].extender
+
+
 def test_a_percentage_override_on_an_extender_arm_keeps_the_extender_bound_to_the_cluster(tmp_path):
     arm = arms.Arm("Bx", "railyard, default percentage", extender=True, percentage_of_nodes_to_score=None)
     template = arms.scheduler_config(arm)
