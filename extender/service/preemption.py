@@ -137,7 +137,7 @@ class GangPreemption:
         """A member filtered before its planned node is free waits: kube-scheduler's own filters
         leave the node out while a pod railyard evicted is on it, and for a moment after railyard
         saw it go (the scheduler's cache is a separate watch). That is no refusal of the node."""
-        slot = self.ctx.state.slot_of(pod.key) or self._claimable(rec.key, pod)
+        slot = self.ctx.book.seat(rec, pod)
         if slot is None or slot.node in names or rec.phase not in HOLDING:
             return None
         p = self.active(rec.key)
@@ -269,12 +269,6 @@ class GangPreemption:
         self.ctx.book.unreserve(rec, Event.RETRY, reason)
         self.ctx.cond.notify_all()
         return self.gang(rec, p.spec, p.members, p.refused, p.homes, now)
-
-    def _claimable(self, gang: str, pod: PodFacts) -> Slot | None:
-        """The slot a member created after planning would claim in filter (``state.claim_slot``)."""
-        res = self.ctx.state.reservation(gang)
-        return next((s for s in res.slots if s.member.startswith(f"{gang}#") and s.gpus == pod.gpus), None) \
-            if res is not None else None
 
     def _current(self, p: Preemption) -> bool:
         rec = self.ctx.book.get(p.choice.gang)

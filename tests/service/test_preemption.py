@@ -281,6 +281,33 @@ def test_members_the_watch_had_not_shown_yet_wait_for_their_slots_too():
     assert len(binder.evicted) == 4
 
 
+def test_a_later_member_waits_for_the_seat_its_rank_will_claim():
+    # Ranked members the watch had not shown keep the seats the plan made for their ranks. Each
+    # waits for the victims on its own seat's node, not on the first free placeholder's: the
+    # victims of the first seats gone, the last member filtered waits, the gang keeps its plan
+    # (CI, 2026-12-07: the gang was planned again without the last seat's node, and starved).
+    ext, binder, _ = service([low(n) for n in NODES])
+    members = [pod(f"llama-{i}", 8, ns="ml", priority=1000, annotations=REQUIRED,
+                   labels={"scheduling.x-k8s.io/pod-group": "llama", "batch.kubernetes.io/job-completion-index": str(i)})
+               for i in range(4)]
+    ext.pod_upserted(members[0])
+    assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
+    assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]
+    for p in members[1:]:
+        ext.pod_upserted(p)
+    seats = {s.member: s.node for s in ext.ctx.state.reservation("ml/llama").slots}
+    assert len(set(seats.values())) == 4 and seats.pop("ml/llama-0")
+    last = seats["ml/llama#3"]
+    freed = sorted(set(seats.values()) - {last})
+    for n in freed:
+        ext.pod_deleted(low(n))
+    v = ext.filter(members[3], freed)
+    assert v.node_names == () and "waiting for 1 pod evicted there to terminate" in next(iter(v.failed.values()))
+    assert ext.debug_gangs()[0].phase == "planned"
+    ext.pod_deleted(low(last))
+    assert ext.filter(members[3], [*freed, last]).node_names == (last,)
+
+
 def test_a_gang_that_found_nothing_looks_again_only_after_a_moment():
     ext, binder, clock = service([low(n, priority=1000) for n in NODES])
     members = high()

@@ -394,20 +394,26 @@ class ClusterState:
             self._by_free.setdefault(self._free[i], set()).add(i)
 
 
-def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int | None = None,
-               prefer: str | None = None) -> str | None:
-    """Give a member created after planning one of the slots reserved for missing members (of
-    its part, when the slot is an exclusive slice's), ``prefer`` first when it is one; the
-    placeholder name it took, or None."""
+def claimable(state: ClusterState, gang: str, gpus: int, part: int | None = None,
+              prefer: str | None = None) -> Slot | None:
+    """The slot reserved for missing members that a member created after planning would claim
+    (of its part, when the slot is an exclusive slice's), ``prefer`` first when it is one."""
     res = state.reservation(gang)
     if res is None:
         return None
     preferred = [s for s in res.slots if s.member == prefer] if prefer is not None else []
-    for slot in (*preferred, *res.slots):
-        if slot.member.startswith(f"{gang}#") and slot.gpus == gpus and slot.part in (None, part):
-            state.rename_slot(gang, slot.member, member)
-            return slot.member
-    return None
+    return next((s for s in (*preferred, *res.slots)
+                 if s.member.startswith(f"{gang}#") and s.gpus == gpus and s.part in (None, part)), None)
+
+
+def claim_slot(state: ClusterState, gang: str, member: str, gpus: int, part: int | None = None,
+               prefer: str | None = None) -> str | None:
+    """Give ``member`` the slot ``claimable`` names; the placeholder name it took, or None."""
+    slot = claimable(state, gang, gpus, part, prefer)
+    if slot is None:
+        return None
+    state.rename_slot(gang, slot.member, member)
+    return slot.member
 
 
 def keep_bound(state: ClusterState, gang: str, members: set[str], key: str) -> tuple[Slot, ...]:

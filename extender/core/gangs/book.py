@@ -42,7 +42,7 @@ from extender.core.placement.homes import plan_near
 from extender.core.placement.planner import NoPlacement, Placement, named_slot
 from extender.core.cluster.topology import Domain, another_placement
 from extender.core.ports import NullObserver, Observer
-from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, keep_bound
+from extender.core.cluster.state import ClusterState, Reservation, Slot, View, claim_slot, claimable, keep_bound
 from extender.core.verdicts import FilterVerdict
 
 GC_SECONDS = 60.0
@@ -255,6 +255,11 @@ class GangBook:
     def preempts(self, rec: GangRecord, reason: str) -> None:
         """A preemptor's new reservation: its reason says what it evicts, and where."""
         rec.reason = reason
+
+    def seat(self, rec: GangRecord, pod: PodFacts) -> Slot | None:
+        """The member's slot; for a member created after planning, the one ``steer`` would give it."""
+        return self.state.slot_of(pod.key) or claimable(self.state, rec.key, pod.gpus, pod.part,
+                                                        prefer=kept_seat(rec.placement, rec.spec, pod.rank))
 
     def steer(self, rec: GangRecord, pod: PodFacts, names: Sequence[str]) -> FilterVerdict:
         """The member's one planned node; the reason on every other node. A planned node the
