@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from extender.adapters.echo import shown
 
 MAX_QUANTITY_CHARS = 64
 """Longest quantity read; the longest in apimachinery's own tests has 25 ("-10000000000000000000000m")."""
+QUANTITIES_KEPT = 1024
+"""Quantities read last, kept parsed (a Fraction is immutable): a pod's watch events repeat its
+requests, and most clusters use a few dozen values. Bounded, so no input grows it."""
 
 MAX_MAGNITUDE = 10**36
 """Decimal quantities at or above this are refused. Go keeps decimals above int64 exactly (its
@@ -74,6 +78,11 @@ def parse_quantity(text: str) -> Fraction:
     """``text`` as ParseQuantity reads it (no whitespace allowed), as an exact Fraction."""
     if not isinstance(text, str):
         raise QuantityError(f"a quantity must be a string, got {shown(text)}")
+    return _parse(text)
+
+
+@lru_cache(maxsize=QUANTITIES_KEPT)
+def _parse(text: str) -> Fraction:
     if not text:
         raise QuantityError("a quantity must not be empty")
     if len(text) > MAX_QUANTITY_CHARS:
