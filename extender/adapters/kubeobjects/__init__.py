@@ -16,6 +16,7 @@ it cannot read becomes a problem of the gang or of the topology, with the offend
                   an Indexed Job that opts in, TrainJob through its JobSet)
     dra.py        DeviceClass, ResourceSlice, ResourceClaim(Template) -> core.devices facts
     notes.py      a gang member's address -> the annotations railyard writes on its pod
+    memo.py       a pod translated again only when what its facts are read from changed
     fields.py     defensive accessors
 """
 
@@ -38,6 +39,7 @@ from extender.adapters.kubeobjects.labels import (
     detect_levels,
     explicit_levels,
 )
+from extender.adapters.kubeobjects.memo import PodMemo
 from extender.adapters.kubeobjects.nodes import node_facts
 from extender.adapters.kubeobjects.pods import (
     DECLARING_ANNOTATIONS,
@@ -76,12 +78,13 @@ class Translator:
         self.gpu_resource = gpu_resource
         self.volcano_tiers = tuple(volcano_tiers)
         self.workloads = frozenset(workloads)
+        self._pods = PodMemo()
 
     def node(self, obj: Mapping[str, Any]) -> NodeFacts:
         return node_facts(obj, self.gpu_resource)
 
     def pod(self, obj: Mapping[str, Any]) -> PodFacts:
-        return pod_facts(obj, self.gpu_resource, self.workloads)
+        return self._pods.facts(obj, lambda: pod_facts(obj, self.gpu_resource, self.workloads))
 
     def group(self, obj: Mapping[str, Any], kind: str | None = None) -> GroupFacts:
         """A group object of ``kind`` (``GROUP_APIS``), or of the kind its apiVersion names."""
