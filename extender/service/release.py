@@ -142,8 +142,8 @@ class GangRelease:
         """Wait up to ``wait`` seconds for something to do, then plan the gangs that are due and
         release the planned ones; returns how many members were released."""
         ctx = self.ctx
-        if self._retry:
-            wait = min(wait, SWEEP_SECONDS)
+        if self._retry or any(self._nominated.values()):
+            wait = min(wait, SWEEP_SECONDS)  # a drain may have moved: its nominations follow
         if self._timers:
             wait = max(0.0, min(wait, min(self._timers.values()) - ctx.clock()))
         self._wake.wait(wait)
@@ -167,12 +167,11 @@ class GangRelease:
                 self._retry, self._swept = False, now
             lifts: list[tuple[PodRef, str]] = list(self._strays.values())
             self._strays.clear()
-            nominations: list[tuple[PodRef, str]] = []
             for gang in sorted(gangs):
                 released, job = self._decide(gang, now)
                 lifts += released
                 jobs += job
-                nominations += self._drain_nominations(gang)
+            nominations = self._drain_nominations()
             ctx.changed()
         self.preemption.start(jobs)
         assert ctx.ports.gates is not None
@@ -206,18 +205,23 @@ class GangRelease:
         at = rec.unplaced_since + bound
         self._timers[rec.key] = at if at > now else now + max(bound / 2, SWEEP_SECONDS)
 
-    def _drain_nominations(self, gang: str) -> list[tuple[PodRef, str]]:
+    def _drain_nominations(self) -> list[tuple[PodRef, str]]:
         """Each gated member of a starving gang with its drain slot's node, where railyard has not
-        nominated it there yet; with no drain (it lapsed, or the gang was planned) a member
-        railyard nominated to one with no node: the nomination is cleared."""
-        drain = self.ctx.state.reservation(gang + DRAIN)
-        nodes = {s.member.removesuffix(DRAIN): s.node for s in drain.slots} if drain is not None else {}
+        nominated it there yet; a member railyard nominated to a node its drain no longer holds
+        with that node or none: the nomination moves or is cleared. Every gated gang, each pass:
+        a drain moves or goes without its gang being tried (an older starving gang's drain takes
+        its nodes, it lapses), and kube-scheduler keeps counting a stale nomination, so a gang
+        planned on those nodes would find them full (the ``gangs`` run of 2026-12-07: released
+        members waited up to their 60 s timeout). Written before this pass's releases."""
         out = []
-        for key, ref in self._gated.get(gang, {}).items():
-            node = nodes.get(key, "")
-            if self._nominated.get(key, "") != node:
-                self._nominated[key] = node
-                out.append((ref, node))
+        for gang, members in self._gated.items():
+            drain = self.ctx.state.reservation(gang + DRAIN)
+            nodes = {s.member.removesuffix(DRAIN): s.node for s in drain.slots} if drain is not None else {}
+            for key, ref in members.items():
+                node = nodes.get(key, "")
+                if self._nominated.get(key, "") != node:
+                    self._nominated[key] = node
+                    out.append((ref, node))
         return out
 
     def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job]]:

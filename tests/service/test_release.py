@@ -214,6 +214,28 @@ def test_a_starving_gated_gang_nominates_its_members_to_its_drain_and_lands_ther
     assert sorted(binder.released) == sorted(binder.nominated)
 
 
+def test_a_drain_that_moves_without_its_gang_takes_its_nominations_along_at_the_next_pass():
+    """A drain moves or goes without its gang being tried: an older starving gang's drain takes
+    its nodes (``starvation.drain`` gives a younger overlapping drain back), or it lapses.
+    kube-scheduler keeps counting a stale nomination, and a gang planned on those nodes found
+    them full until its timeout (the ``gangs`` run of 2026-12-07). So each pass puts every gated
+    member's nomination where its drain is now, or clears it, though its gang is not due."""
+    ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)))
+    for p in gang("g", 2, 8, annotations={"railyard.io/min-member": "2"}, **GATED):
+        ext.pod_upserted(p)
+    ext.release_gangs(wait=0)
+    ext.clock.now += 61
+    ext.release_gangs(wait=0)
+    drained = list(binder.nominated)
+    assert len(drained) == 2 and all(node for _, node in drained)
+    with ext.ctx.cond:  # as an older gang's drain takes these nodes
+        ext.ctx.state.release("ml/g#drain")
+    ext.clock.now += 1  # the gang is not due: its next try is half a bound after the last
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.nominated[2:] == [(key, "") for key, _ in drained]
+    assert ext.release_gangs(wait=0) == 0 and len(binder.nominated) == 4  # written once
+
+
 def test_a_gated_gang_that_prefers_a_narrower_domain_waits_then_is_released_wider():
     """A preferred level with a bounded wait: the release pass waits it out (before, the pass
     failed at every try with the gang's Preferring), then plans the gang wider."""

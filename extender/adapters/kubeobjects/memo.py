@@ -15,7 +15,7 @@ What the digest covers: ``metadata`` but ``managedFields`` and ``resourceVersion
 field must add it here: ``tests/adapters/kubeobjects/test_pod_memo.py`` checks that the facts
 equal a fresh translation's over sequences of edits to every field the translation reads.
 
-Bounded (``size`` pods, the oldest forgotten first), shared by the threads that translate pods
+Bounded (``size`` pods and ``max_bytes``, the oldest forgotten first), shared by the threads that translate pods
 (the pod watch, the HTTP verbs, gRPC), so guarded by a lock held only around the dict. The
 digest is the length and Python's ``hash`` of the fields' JSON: SipHash under a key drawn at
 start (hash randomization, on unless ``PYTHONHASHSEED`` is set), about 1 us where BLAKE2b took
@@ -38,14 +38,19 @@ from extender.core.model import PodFacts
 PODS_KEPT = 8192
 """Pods whose last facts are kept: a pod's events come close together (created, bound, started),
 so the pods changing at one time, not the cluster's size, is what this must hold."""
+BYTES_KEPT = 16 << 20
+"""And at most about this much of what they were read from (the digested JSON's length): a pod
+can carry hundreds of kilobytes, and anyone who can call filter can name pods at will
+(tests/fuzz/test_memory.py)."""
 
 _NOT_READ_META = frozenset({"managedFields", "resourceVersion"})
 
 
 class PodMemo:
-    def __init__(self, size: int = PODS_KEPT) -> None:
-        self.size = size
+    def __init__(self, size: int = PODS_KEPT, max_bytes: int = BYTES_KEPT) -> None:
+        self.size, self.max_bytes = size, max_bytes
         self._kept: dict[str, tuple[tuple[int, int], PodFacts]] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def facts(self, pod: Mapping[str, Any], translate: Callable[[], PodFacts]) -> PodFacts:
@@ -66,11 +71,17 @@ class PodMemo:
         else:
             facts = translate()
         with self._lock:
-            self._kept.pop(uid, None)  # to the end: the oldest are forgotten first
+            self._forget(uid)  # then back in at the end: the oldest are forgotten first
             self._kept[uid] = (digest, facts)
-            while len(self._kept) > self.size:
-                del self._kept[next(iter(self._kept))]
+            self._bytes += digest[0]
+            while len(self._kept) > self.size or self._bytes > self.max_bytes:
+                self._forget(next(iter(self._kept)))
         return facts
+
+    def _forget(self, uid: str) -> None:
+        kept = self._kept.pop(uid, None)
+        if kept is not None:
+            self._bytes -= kept[0][0]
 
 
 def _digest(meta: dict[str, Any], spec: dict[str, Any], status: dict[str, Any]) -> tuple[int, int] | None:

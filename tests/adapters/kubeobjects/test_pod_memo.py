@@ -129,6 +129,15 @@ def test_pods_are_told_apart_by_uid_and_the_oldest_are_forgotten():
     assert memo.facts(twin, lambda: fresh(twin)).name == "twin"
 
 
+def test_large_pods_are_kept_up_to_the_byte_bound():
+    memo = PodMemo(size=100, max_bytes=50_000)
+    for i in range(10):
+        p = pod(f"big-{i}", 8, annotations={"note": "x" * 20_000})
+        memo.facts(p, lambda p=p: fresh(p))
+    assert list(memo._kept) == ["uid-ml-big-8", "uid-ml-big-9"]  # two of about 20 KB fit in 50 KB
+    assert memo._bytes == sum(d[0] for d, _ in memo._kept.values()) <= 50_000
+
+
 def test_what_json_never_holds_is_translated_without_the_memo():
     memo = PodMemo()
     p = member()
