@@ -287,9 +287,9 @@ def test_a_later_member_waits_for_the_seat_its_rank_will_claim():
     # victims of the first seats gone, the last member filtered waits, the gang keeps its plan
     # (CI, 2026-12-07: the gang was planned again without the last seat's node, and starved).
     ext, binder, _ = service([low(n) for n in NODES])
-    members = [pod(f"llama-{i}", 8, ns="ml", priority=1000, annotations=REQUIRED,
-                   labels={"scheduling.x-k8s.io/pod-group": "llama", "batch.kubernetes.io/job-completion-index": str(i)})
-               for i in range(4)]
+    ranked = [{"scheduling.x-k8s.io/pod-group": "llama", "batch.kubernetes.io/job-completion-index": str(i)}
+              for i in range(4)]
+    members = [pod(f"llama-{i}", 8, ns="ml", priority=1000, annotations=REQUIRED, labels=ranked[i]) for i in range(4)]
     ext.pod_upserted(members[0])
     assert ext.preempt(members[0], {"a1": ["uid-lo-p-a1"]}) == {}
     assert binder.evicted == [f"lo/p-a{i}" for i in range(1, 5)]

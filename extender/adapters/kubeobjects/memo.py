@@ -15,13 +15,13 @@ What the digest covers: ``metadata`` but ``managedFields`` and ``resourceVersion
 field must add it here: ``tests/adapters/kubeobjects/test_pod_memo.py`` checks that the facts
 equal a fresh translation's over sequences of edits to every field the translation reads.
 
-Bounded (``size`` pods and ``max_bytes``, the oldest forgotten first), shared by the threads that translate pods
-(the pod watch, the HTTP verbs, gRPC), so guarded by a lock held only around the dict. The
-digest is the length and Python's ``hash`` of the fields' JSON: SipHash under a key drawn at
-start (hash randomization, on unless ``PYTHONHASHSEED`` is set), about 1 us where BLAKE2b took
-4: no one who has not read the process's key can make two contents collide, and by chance two
-differ unseen about once in 2^64. Anyone who can create a pod, or call filter with one, can put
-an entry here, but only for the content they sent.
+Bounded (``size`` pods and ``max_bytes``, the oldest forgotten first), shared by the threads
+that translate pods (the pod watch, the HTTP verbs, gRPC), so guarded by a lock held only around
+the dict. The digest is the length and Python's ``hash`` of the fields' JSON: SipHash under a
+key drawn at start (hash randomization, on unless ``PYTHONHASHSEED`` is set), about 1 us where
+BLAKE2b took 4: no one who has not read the process's key can make two contents collide, and by
+chance two differ unseen about once in 2^64. Anyone who can create a pod, or call filter with
+one, can put an entry here, but only for the content they sent.
 """
 
 from __future__ import annotations
