@@ -104,7 +104,7 @@ def translate(translator: Translator, kind: str, obj: dict) -> NodeFacts | PodFa
     if kind == "nodes":
         return translator.node(obj)
     if kind == "pods":
-        return translator.pod(obj)
+        return translator.pod(obj, keep=True)  # a pod that exists: its next event reads the memo
     if kind in _GROUP_KINDS:
         # By the watched kind, not the object's apiVersion: list items of a built-in API carry none.
         return translator.group(obj, kind)

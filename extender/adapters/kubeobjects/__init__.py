@@ -83,8 +83,10 @@ class Translator:
     def node(self, obj: Mapping[str, Any]) -> NodeFacts:
         return node_facts(obj, self.gpu_resource)
 
-    def pod(self, obj: Mapping[str, Any]) -> PodFacts:
-        return self._pods.facts(obj, lambda: pod_facts(obj, self.gpu_resource, self.workloads))
+    def pod(self, obj: Mapping[str, Any], keep: bool = False) -> PodFacts:
+        """``keep``: remember the facts for the pod's next event (the watch: pods that exist);
+        a verb call only reads what the watch kept (``memo``)."""
+        return self._pods.facts(obj, lambda: pod_facts(obj, self.gpu_resource, self.workloads), keep)
 
     def group(self, obj: Mapping[str, Any], kind: str | None = None) -> GroupFacts:
         """A group object of ``kind`` (``GROUP_APIS``), or of the kind its apiVersion names."""

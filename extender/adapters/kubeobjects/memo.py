@@ -15,13 +15,15 @@ What the digest covers: ``metadata`` but ``managedFields`` and ``resourceVersion
 field must add it here: ``tests/adapters/kubeobjects/test_pod_memo.py`` checks that the facts
 equal a fresh translation's over sequences of edits to every field the translation reads.
 
-Bounded (``size`` pods and ``max_bytes``, the oldest forgotten first), shared by the threads
-that translate pods (the pod watch, the HTTP verbs, gRPC), so guarded by a lock held only around
-the dict. The digest is the length and Python's ``hash`` of the fields' JSON: SipHash under a
-key drawn at start (hash randomization, on unless ``PYTHONHASHSEED`` is set), about 1 us where
-BLAKE2b took 4: no one who has not read the process's key can make two contents collide, and by
-chance two differ unseen about once in 2^64. Anyone who can create a pod, or call filter with
-one, can put an entry here, but only for the content they sent.
+Filled by the pod watch only (``keep``): pods that exist. A verb call (filter, gRPC) reads what
+the watch kept and keeps nothing, so pods that never existed cost nothing here (a hostile burst
+of filter calls kept 50 MiB of their facts when verbs filled it too: ``tests/e2e/
+test_hostile_burst.py``). Bounded (``size`` pods and ``max_bytes``, the oldest forgotten first),
+shared by the threads that translate pods, so guarded by a lock held only around the dict. The
+digest is the length and Python's ``hash`` of the fields' JSON: SipHash under a key drawn at
+start (hash randomization, on unless ``PYTHONHASHSEED`` is set), about 1 us where BLAKE2b took
+4: no one who has not read the process's key can make two contents collide, and by chance two
+differ unseen about once in 2^64.
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ PODS_KEPT = 8192
 so the pods changing at one time, not the cluster's size, is what this must hold."""
 BYTES_KEPT = 16 << 20
 """And at most about this much of what they were read from (the digested JSON's length): a pod
-can carry hundreds of kilobytes, and anyone who can call filter can name pods at will
-(tests/fuzz/test_memory.py)."""
+can carry hundreds of kilobytes."""
 
 _NOT_READ_META = frozenset({"managedFields", "resourceVersion"})
 
@@ -53,8 +54,9 @@ class PodMemo:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def facts(self, pod: Mapping[str, Any], translate: Callable[[], PodFacts]) -> PodFacts:
-        """``translate()``'s facts for ``pod``, or the last ones for its uid with its node and phase."""
+    def facts(self, pod: Mapping[str, Any], translate: Callable[[], PodFacts], keep: bool = True) -> PodFacts:
+        """``translate()``'s facts for ``pod``, or the last ones kept for its uid with its node and
+        phase; ``keep``: remember the facts returned."""
         meta, spec, status = dict_at(pod, "metadata"), dict_at(pod, "spec"), dict_at(pod, "status")
         uid = str_at(meta, "uid")
         digest = _digest(meta, spec, status) if uid else None
@@ -70,6 +72,8 @@ class PodMemo:
             facts = replace(facts, node=node, phase=phase)
         else:
             facts = translate()
+        if not keep:
+            return facts
         with self._lock:
             self._forget(uid)  # then back in at the end: the oldest are forgotten first
             self._kept[uid] = (digest, facts)
