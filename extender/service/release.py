@@ -207,8 +207,8 @@ class GangRelease:
 
     def _drain_nominations(self) -> list[tuple[PodRef, str]]:
         """Each gated member of a starving gang with its drain slot's node, where railyard has not
-        nominated it there yet; a member railyard nominated to a node its drain no longer holds
-        with that node or none: the nomination moves or is cleared. Every gated gang, each pass:
+        nominated it there yet; a member nominated to a node its drain no longer holds, with the
+        node it holds now or none (the nomination moves or is cleared). Every gated gang, each pass:
         a drain moves or goes without its gang being tried (an older starving gang's drain takes
         its nodes, it lapses), and kube-scheduler keeps counting a stale nomination, so a gang
         planned on those nodes would find them full (the ``gangs`` run of 2026-12-07: released
