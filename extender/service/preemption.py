@@ -128,7 +128,7 @@ class GangPreemption:
                         protected=set(self._protected), leaving=set(self._leaving), refused=refused, homes=homes)
         if isinstance(choice, NoChoice):
             self._nothing[rec.key] = now + RECHOOSE_SECONDS
-            log.info("%s", choice.reason)
+            log.info("%s", verdicts.cut(choice.reason))  # it quotes names pods were given
             self._tell(members, "CannotPreempt", choice.reason)
             return []
         return self._take(rec, spec, members, refused, homes, choice, now)
@@ -193,7 +193,7 @@ class GangPreemption:
             self._tell(members, "CannotPreempt", f"{choice.reason}; not started: {rec.reason}")
             return []
         self.ctx.book.preempts(rec, choice.reason)
-        log.info("%s (round %d)", choice.reason, rec.round)
+        log.info("%s (round %d)", verdicts.cut(choice.reason), rec.round)
         topo, dom = self.ctx.state.topology, choice.domain
         nodes = frozenset(topo.names[i] for u in choice.units for i, _, _ in u.frees if dom.start <= i < dom.end)
         p = Preemption(choice, spec, tuple(members), tuple(refused), tuple(homes), rec.round, nodes)
@@ -260,7 +260,7 @@ class GangPreemption:
         for key in refusals:
             self._protected[by_key[key].uid or key] = now + self.settings.blocked_seconds
         reason = verdicts.eviction_blocked(p.choice.gang, refusals, self.settings.blocked_seconds)
-        log.info("%s", reason)
+        log.info("%s", verdicts.cut(reason))
         self._tell(p.members, "PreemptionBlocked", reason)
         rec = self.ctx.book.get(p.choice.gang)
         self._active.pop(p.choice.gang, None)

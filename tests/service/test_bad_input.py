@@ -187,3 +187,17 @@ def test_the_default_count_bound_holds():
     for i in range(MAX_UNSHOWN + 200):
         ext.filter(pod(f"ghost-{i}", 1), ["h1"])
     assert ext.ctx.pods.unshown()[0] <= MAX_UNSHOWN + 1
+
+
+def test_the_log_cuts_a_preemption_reason_that_quotes_long_names(caplog):
+    """A preempting gang whose members disagree quotes their names in its reason: the log line is
+    cut as the replies are (a hostile burst once wrote one line of about 5 MB)."""
+    ext, _, _ = extender()
+    members = [pod(f"{'x' * 100_000}-{i}", 8, labels={"scheduling.x-k8s.io/pod-group": "g1"},
+                   annotations={"railyard.io/min-member": str(2 + i)}) for i in range(2)]
+    create(ext, members)
+    caplog.set_level("INFO", logger="railyard")
+    assert ext.preempt(members[0], {"h1": []}) == {}
+    said = [r.getMessage() for r in caplog.records if "cannot preempt" in r.getMessage()]
+    assert said and "members disagree on railyard.io/min-member" in said[0]
+    assert max(len(m) for m in said) <= MAX_REASON_CHARS
