@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable, Protocol
 
 from extender.core import verdicts
@@ -48,7 +49,8 @@ log = logging.getLogger("railyard.release")
 Reserve = Callable[[GangRecord, PodFacts, list[str], float], None]
 SWEEP_SECONDS = 0.5
 """The most often every gated gang is planned again after GPUs freed (each plan is made under the
-service lock, which filter and bind calls wait for); a new gated member is looked at at once."""
+service lock, taken for one gang at a time, which filter and bind calls wait for); a new gated
+member is looked at at once."""
 
 
 class Cache(Protocol):
@@ -167,10 +169,15 @@ class GangRelease:
                 self._retry, self._swept = False, now
             lifts: list[tuple[PodRef, str]] = list(self._strays.values())
             self._strays.clear()
-            for gang in sorted(gangs):
+        for gang in sorted(gangs):
+            # The lock one gang at a time: a filter or bind call waits for one plan, not a sweep's.
+            with ctx.cond:
                 released, job = self._decide(gang, now)
-                lifts += released
-                jobs += job
+                ctx.changed()
+            lifts += released
+            jobs += job
+            time.sleep(0)  # a thread waiting for the lock takes it now
+        with ctx.cond:
             nominations = self._drain_nominations()
             ctx.changed()
         self.preemption.start(jobs)

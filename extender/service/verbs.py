@@ -110,8 +110,8 @@ class Verbs:
         sent = set(node_names)
         refused = [n for n in topo.names if n not in sent] if len(sent) < len(topo.names) else []
         homes = home_domains(topo, spec, home_nodes(spec, [(p.key, p.node) for p in running]))
-        ctx.book.reserve(rec, spec, now, refused, homes)
-        ctx.ports.observer.plan_seconds(time.perf_counter() - started)
+        if ctx.book.reserve(rec, spec, now, refused, homes):
+            ctx.ports.observer.plan_seconds(time.perf_counter() - started)
         if rec.preferring_until is not None:
             if not ctx.pods.unshown_pod(pod.key):
                 ctx.ports.events.event(pod, "GangPreferring", rec.reason, "Normal")

@@ -11,7 +11,13 @@ NVLink domain, which no domain has free until a run finishes.
 
 from __future__ import annotations
 
+import dataclasses
+
+from prometheus_client import CollectorRegistry
+
 from extender import topotext
+from extender.adapters.metrics import Metrics
+from extender.core.gangs.book import REPLAN_SECONDS
 from extender.core.gangs.starvation import DRAIN
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
@@ -60,6 +66,38 @@ def planned(ext, pods, busy=BUSY) -> list[str]:
 def finish(ext, p):
     done = {**p, "status": {"phase": "Succeeded"}}
     ext.pod_upserted(done)
+
+
+def test_members_retried_after_one_change_share_one_plan_a_change_or_time_plans_again():
+    """kube-scheduler retries every member of a gang that lost its plan after each change of the
+    cluster: the first one's plan answers the others, until something the plan reads changes."""
+    ext, clock, running = cluster(starvation=0)
+    metrics = Metrics(CollectorRegistry())
+    ext.ctx.ports = dataclasses.replace(ext.ctx.ports, observer=metrics)
+
+    def plans() -> float:
+        return metrics.registry.get_sample_value("railyard_plan_duration_seconds_count")
+
+    first, second = members = big()
+    for p in members:
+        ext.pod_upserted(p)
+    assert ext.filter(first, sent(BUSY)).node_names == ()
+    reason = ext.debug_gangs()[0].reason
+    assert "needs 2 pods x 8 GPUs" in reason and plans() == 1
+    verdict = ext.filter(second, sent(BUSY))
+    assert verdict.node_names == () and verdict.failed == dict.fromkeys(sent(BUSY), reason) and plans() == 1
+
+    assert ext.filter(second, sent(BUSY | {"b2"})).node_names == () and plans() == 2, "other nodes refused"
+    ext.pod_upserted(pod("lone", 1, node="b2"))  # a pod holding GPUs changes the cluster
+    assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 3
+    assert ext.filter(second, sent(BUSY)).node_names == () and plans() == 3
+    clock.now += REPLAN_SECONDS
+    assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 4, "time the plan reads moved"
+
+    ext.pod_deleted(pod("lone", 1, node="b2"))
+    finish(ext, running[0])
+    assert sorted(n for p in members for n in ext.filter(p, sent({"b1"})).node_names) == ["a1", "a2"]
+    assert plans() == 5
 
 
 def test_without_the_bound_a_later_small_gang_takes_the_gpus_a_starving_gang_waits_for():

@@ -30,6 +30,8 @@ class Claims:
         """Exclusive gang -> (its level's key, the paths of the domains it claims)."""
         self._held: tuple[Topology, dict[int, Hold]] | None = None
         """``held`` for one topology generation and the claims as they are (None: stale)."""
+        self.writes = 0
+        """Moves with every change of a claim (``ClusterState.writes``)."""
 
     def claim(self, topo: Topology, gang: str, level: int, nodes: Iterable[str],
               keep: bool = False) -> tuple[Domain, ...]:
@@ -43,6 +45,7 @@ class Claims:
             paths |= old[1]
         self._claims[gang] = (key, frozenset(paths))
         self._held = None
+        self.writes += 1
         return self.claimed(topo, gang)
 
     def claimed(self, topo: Topology, gang: str) -> tuple[Domain, ...]:
@@ -54,6 +57,7 @@ class Claims:
         if self._claims.pop(gang, None) is None:
             return False
         self._held = None
+        self.writes += 1
         return True
 
     def gangs(self) -> list[str]:

@@ -116,6 +116,13 @@ class ClusterState:
         self._taken_arr: list[Mapping[str, int]] = []
         self.claims = Claims()
         """Domains exclusive gangs hold (``core.cluster.claims``)."""
+        self._writes = 0
+
+    @property
+    def writes(self) -> int:
+        """A count that moves whenever anything a plan reads changes: nodes, pods holding GPUs,
+        reservations, claims. Equal counts: a plan made again would see the same cluster."""
+        return self._writes + self.claims.writes
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -127,19 +134,24 @@ class ClusterState:
         """Replace the level list (every node's path follows from its labels)."""
         self._levels = tuple(levels)
         self._topology = None
+        self._writes += 1
 
     def set_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         """Replace every node (a relist)."""
         self._nodes = {n.name: n for n in nodes}
         self._topology = None
         self._labels_generation += 1
+        self._writes += 1
 
     def nodes(self) -> list[NodeFacts]:
         return list(self._nodes.values())
 
     def upsert_node(self, node: NodeFacts) -> None:
         old = self._nodes.get(node.name)
+        if old == node:
+            return
         self._nodes[node.name] = node
+        self._writes += 1
         if old is None or old.labels != node.labels or old.taints != node.taints:
             self._labels_generation += 1
         if old is None or self._topology is None or old.path(self._levels) != node.path(self._levels):
@@ -152,6 +164,7 @@ class ClusterState:
         if self._nodes.pop(name, None) is not None:
             self._topology = None
             self._labels_generation += 1
+            self._writes += 1
 
     def node(self, name: str) -> NodeFacts | None:
         return self._nodes.get(name)
@@ -349,6 +362,7 @@ class ClusterState:
             taken[name] = taken.get(name, 0) + sign * amount
 
     def _add_used(self, node: str, delta: int) -> None:
+        self._writes += 1
         self._used[node] = self._used.get(node, 0) + delta
         if not self._used[node]:
             del self._used[node]
@@ -366,6 +380,7 @@ class ClusterState:
             del self._reserved_rails[slot.node]
 
     def _add_reserved(self, node: str, delta: int) -> None:
+        self._writes += 1
         self._reserved[node] = self._reserved.get(node, 0) + delta
         if not self._reserved[node]:
             del self._reserved[node]

@@ -49,6 +49,11 @@ GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
 
 CLAIM_GRACE_SECONDS = 10.0
+
+REPLAN_SECONDS = 0.5
+"""A gang that found no room is not planned again within this long unless the cluster, its
+request or the nodes kube-scheduler refused changed: the retries of its members that follow one
+change (kube-scheduler tries each of them in turn) read the reason of the first one's plan."""
 """A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
 
 @dataclass(frozen=True)
@@ -157,16 +162,21 @@ class GangBook:
         self._step(rec, Event.UNSETTLED)
 
     def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
-                homes: Sequence[Domain] = (), view: View | None = None) -> None:
-        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none.
+                homes: Sequence[Domain] = (), view: View | None = None) -> bool:
+        """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none. False:
+        not planned, as it found no room less than ``REPLAN_SECONDS`` ago on the same cluster.
 
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
         gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
         plan on this instead of the state's (a preemptor, on the state without its victims)."""
+        refused = {*refused, *rec.refused}
+        if view is None and rec.tried is not None and now < rec.tried[1] and \
+                rec.tried[0] == (self.state.writes, spec, refused, tuple(homes)):
+            return False
+        rec.tried = None
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
         preempting, view = view is not None, view or self.state.view()
-        refused = {*refused, *rec.refused}
         aim, until = spec, None
         if patience.waits(spec, homes, drain is not None):
             rec.preferring_since = now if rec.preferring_since is None else rec.preferring_since
@@ -188,7 +198,7 @@ class GangBook:
             if landing is None:
                 assert isinstance(result, Placement)
                 self._await_drain(rec, spec, view, drain, result, homes, now, wider_at - now)
-                return
+                return True
             result = landing
         if isinstance(result, NoPlacement) and until is not None and not result.invalid:
             # Waiting by choice only while a wider domain holds it (a read-only plan); when none
@@ -200,7 +210,7 @@ class GangBook:
                 rec.placement, rec.closest, rec.unplaced_since = None, result.best, None
                 rec.preferring_until = until
                 self._step(rec, Event.PREFERRING)
-                return
+                return True
             result = wider
         if isinstance(result, NoPlacement):
             rec.reason = verdicts.explain_no_placement(topo, result)
@@ -209,10 +219,12 @@ class GangBook:
                 rec.unplaced_since = now if rec.unplaced_since is None else rec.unplaced_since
                 rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
                                                lambda g: self._gangs.get(g))
+                if not preempting:
+                    rec.tried = (self.state.writes, spec, refused, tuple(homes)), now + REPLAN_SECONDS
             self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")
-            return
+            return True
         rec.unplaced_since = rec.closest = None
         rec.deadline = now + spec.timeout_seconds
         rec.timeout_seconds = spec.timeout_seconds
@@ -242,6 +254,7 @@ class GangBook:
         self.state.reserve(Reservation(rec.key, gpu_slots, rec.deadline))
         self._step(rec, Event.PLANNED)
         self._report()
+        return True
 
     def _await_drain(self, rec: GangRecord, spec: GangSpec, view: View, drain: Reservation, wider: Placement,
                      homes: Sequence[Domain], now: float, left: float) -> None:

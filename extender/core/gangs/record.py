@@ -75,6 +75,9 @@ class GangRecord:
     preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
     ran: bool = False
     """A pod of its last bound round was seen running (``end_claims``: the watch caught up)."""
+    tried: tuple[tuple[object, ...], float] | None = None
+    """Its last plan found no room: (what that plan read: the cluster's ``writes``, the request,
+    the refused nodes, the homes; until when it stands for a plan made again: ``REPLAN_SECONDS``)."""
     preferring_until: float | None = None
     """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
     preferred level's do not, and its wait runs until then. None: it does not wait by choice."""
