@@ -49,12 +49,12 @@ GC_SECONDS = 60.0
 """Gangs that hold nothing and have no pending pod are forgotten after this long."""
 
 CLAIM_GRACE_SECONDS = 10.0
+"""A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
 
 REPLAN_SECONDS = 0.5
 """A gang that found no room is not planned again within this long unless the cluster, its
 request or the nodes kube-scheduler refused changed: the retries of its members that follow one
 change (kube-scheduler tries each of them in turn) read the reason of the first one's plan."""
-"""A just-bound exclusive gang keeps its domains this long while none of its pods is seen running."""
 
 @dataclass(frozen=True)
 class Allow:
