@@ -11,8 +11,9 @@ annotations, inert without the extender), so the arms differ only in what the is
   (issue 13);
 - B: kube-scheduler + railyard with the reference configuration (``manifests/base/
   scheduler-config.yaml`` bound to the local cluster, ``extender/localcluster/config.py``);
-  single pods name its profile ``railyard-sampled`` (kube-scheduler's adaptive sample of
-  feasible nodes, as in A), gang members its profile ``railyard`` (every node, as in A100);
+  single pods name its profile ``railyard-sampled`` (feasible nodes for 5% of the cluster, at
+  least 100: 100 of 1,000 nodes where A finds 420), gang members its profile ``railyard``
+  (every node, as in A100);
 - AREF: B without railyard: the reference profiles (best fit on GPUs, single pods on
   ``railyard-sampled``) with no extender, so A -> AREF is what the profiles cost and AREF -> B
   what railyard adds beside them (issue 21);
@@ -71,8 +72,8 @@ KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_NODE_LABELS = {"type": "kwok"}
 
 
-#: The reference configuration's profile for pods that name no gang: kube-scheduler's adaptive
-#: sample of feasible nodes instead of every one (manifests/base/scheduler-config.yaml).
+#: The reference configuration's profile for pods that name no gang: a sample of feasible nodes
+#: (5% of the cluster, at least 100) instead of every one (manifests/base/scheduler-config.yaml).
 SAMPLED_PROFILE = "railyard-sampled"
 
 #: The profile gang members name in every arm but D: the reference configuration's profile for

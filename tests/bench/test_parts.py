@@ -119,16 +119,16 @@ def test_b_sends_single_pods_to_the_sampled_profile_and_b100_does_not():
         assert railyard.get("percentageOfNodesToScore") is None  # the global value: 100, or A's default
     assert [p["schedulerName"] for p in arms.scheduler_config(arms.ARMS["A"])["profiles"]] == \
         ["default-scheduler", "railyard"]
-    # The profile exists in the configuration B runs, with kube-scheduler's adaptive sample.
+    # The profile exists in the configuration B runs, with its sample of 5% of the nodes.
     generated = localconfig.scheduler_config(Path("kubeconfig"), "http://127.0.0.1:1/scheduler")
     (sampled,) = [p for p in generated["profiles"] if p["schedulerName"] == "railyard-sampled"]
-    assert sampled["percentageOfNodesToScore"] == 0
+    assert sampled["percentageOfNodesToScore"] == 5
 
 
 def test_the_percentage_reported_is_the_single_pods_profiles(tmp_path):
     config = tmp_path / "scheduler-config.yaml"
     config.write_text(localconfig.dump_yaml(localconfig.scheduler_config(Path("k"), "http://127.0.0.1:1/scheduler")))
-    assert runner._percentage(config, "railyard-sampled") == 0
+    assert runner._percentage(config, "railyard-sampled") == 5
     assert runner._percentage(config, None) == 100
 
 

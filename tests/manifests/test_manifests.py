@@ -56,7 +56,7 @@ def test_the_reference_scheduler_config(base):
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["railyard", "railyard-sampled"]
     assert cfg["percentageOfNodesToScore"] == 100  # gang members: their planned node must reach railyard
     sampled = cfg["profiles"][1]
-    assert sampled["percentageOfNodesToScore"] == 0  # single pods: kube-scheduler's adaptive sample
+    assert sampled["percentageOfNodesToScore"] == 5  # single pods: 5% of the nodes, at least 100
     assert sampled["pluginConfig"] == cfg["profiles"][0]["pluginConfig"]
     assert cfg["leaderElection"]["leaderElect"] is True
     assert "kubeconfig" not in cfg["clientConnection"]  # in-cluster credentials

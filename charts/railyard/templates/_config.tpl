@@ -30,8 +30,8 @@ profiles:
           - name: DefaultPreemption
     {{- end }}
     {{- if $sampled }}
-    # Pods of no gang: kube-scheduler's adaptive sample of feasible nodes, scored by best fit.
-    percentageOfNodesToScore: 0
+    # Pods of no gang: feasible nodes for 5% of the cluster (at least 100), scored by best fit.
+    percentageOfNodesToScore: 5
     {{- end }}
     # Best fit for single GPU pods, scored by kube-scheduler itself.
     pluginConfig:
