@@ -77,6 +77,8 @@ class GangRelease:
         dropped after admission, such as ``spec.schedulingGroup`` with its feature gate off;
         labels changed since; a pod railyard cannot size)."""
         self._nominated: dict[str, str] = {}
+        self._draining = False
+        """A gated gang held a drain at the last pass: its nominations may have to move."""
         """Gated member -> the drain node railyard nominated it to (written, or being written)."""
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
@@ -144,8 +146,8 @@ class GangRelease:
         """Wait up to ``wait`` seconds for something to do, then plan the gangs that are due and
         release the planned ones; returns how many members were released."""
         ctx = self.ctx
-        if self._retry or any(self._nominated.values()):
-            wait = min(wait, SWEEP_SECONDS)  # a drain may have moved: its nominations follow
+        if self._retry or self._draining:
+            wait = min(wait, SWEEP_SECONDS)  # a drain may have moved or a plan on it gone: nominations follow
         if self._timers:
             wait = max(0.0, min(wait, min(self._timers.values()) - ctx.clock()))
         self._wake.wait(wait)
@@ -219,13 +221,25 @@ class GangRelease:
         a drain moves or goes without its gang being tried (an older starving gang's drain takes
         its nodes, it lapses), and kube-scheduler keeps counting a stale nomination, so a gang
         planned on those nodes would find them full (the ``gangs`` run of 2026-12-07: released
-        members waited up to their 60 s timeout). Written before this pass's releases."""
+        members waited up to their 60 s timeout). Nor is a member nominated to a node where
+        another gang's plan holds GPUs: a drain may hold them for when that gang is done, but
+        kube-scheduler would count the drain's member there before the planned one (the next run:
+        a younger gang's drain over 16 of a released 128-pod gang's nodes kept those 16 members
+        from ever reaching railyard); the planned members' own nominations keep lone pods off.
+        Written before this pass's releases."""
         out = []
+        reservations = self.ctx.state.reservations()
+        planned = {s.node: g for g, r in reservations.items() if not r.bound and not g.endswith(DRAIN)
+                   for s in r.slots if s.gpus}
+        self._draining = False
         for gang, members in self._gated.items():
-            drain = self.ctx.state.reservation(gang + DRAIN)
+            drain = reservations.get(gang + DRAIN)
+            self._draining |= drain is not None
             nodes = {s.member.removesuffix(DRAIN): s.node for s in drain.slots} if drain is not None else {}
             for key, ref in members.items():
                 node = nodes.get(key, "")
+                if planned.get(node, gang) != gang:
+                    node = ""
                 if self._nominated.get(key, "") != node:
                     self._nominated[key] = node
                     out.append((ref, node))

@@ -4,6 +4,7 @@ the service over an in-memory double of the Gates port."""
 from __future__ import annotations
 
 from extender import topotext
+from extender.core.cluster.state import Reservation, Slot
 from extender.core.ports import Ports
 from extender.adapters.kubeobjects import SCHEME
 from extender.service import TopologyExtender
@@ -234,6 +235,34 @@ def test_a_drain_that_moves_without_its_gang_takes_its_nominations_along_at_the_
     assert ext.release_gangs(wait=0) == 0
     assert binder.nominated[2:] == [(key, "") for key, _ in drained]
     assert ext.release_gangs(wait=0) == 0 and len(binder.nominated) == 4  # written once
+
+
+def test_a_drain_member_is_not_nominated_where_another_gangs_plan_holds_gpus():
+    """A drain may hold GPUs another gang is planned on (for when that gang is done), but its
+    gated member nominated there is counted by kube-scheduler before the planned member, which
+    then never reaches railyard and its gang times out at bind (the ``gangs`` run of 2026-12-07
+    at 8e78583: 16 of a 128-pod gang's members). The nomination waits until the plan is gone."""
+    ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)))
+    for p in gang("g", 2, 8, annotations={"railyard.io/min-member": "2"}, **GATED):
+        ext.pod_upserted(p)
+    ext.release_gangs(wait=0)
+    ext.clock.now += 61
+    ext.release_gangs(wait=0)
+    drained = dict(binder.nominated)
+    assert len(drained) == 2 and all(drained.values())
+    (first, node), (second, other) = sorted(drained.items())
+    with ext.ctx.cond:  # another gang planned on the first member's drain node, not bound yet
+        ext.ctx.state.reserve(Reservation("ml/p", (Slot("ml/p-0", node, 8),), ext.clock.now + 60))
+    ext.clock.now += 1
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.nominated[2:] == [(first, "")]
+    with ext.ctx.cond:  # that gang bound: its pods use the GPUs, the drain waits for them
+        res = ext.ctx.state.release("ml/p")
+        ext.ctx.state.reserve(Reservation("ml/p", res.slots, res.deadline, bound=True))
+    ext.clock.now += 1
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.nominated[3:] == [(first, node)]
+    assert dict(binder.nominated)[second] == other
 
 
 def test_a_gated_gang_that_prefers_a_narrower_domain_waits_then_is_released_wider():
