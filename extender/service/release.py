@@ -77,9 +77,9 @@ class GangRelease:
         dropped after admission, such as ``spec.schedulingGroup`` with its feature gate off;
         labels changed since; a pod railyard cannot size)."""
         self._nominated: dict[str, str] = {}
+        """Gated member -> the drain node railyard nominated it to (written, or being written)."""
         self._draining = False
         """A gated gang held a drain at the last pass: its nominations may have to move."""
-        """Gated member -> the drain node railyard nominated it to (written, or being written)."""
         self._due: set[str] = set()
         """Gangs to try at the next pass: a gated member arrived."""
         self._retry = False
