@@ -215,25 +215,32 @@ def test_a_starving_gated_gang_nominates_its_members_to_its_drain_and_lands_ther
     assert sorted(binder.released) == sorted(binder.nominated)
 
 
-def test_a_drain_that_moves_without_its_gang_takes_its_nominations_along_at_the_next_pass():
-    """A drain moves or goes without its gang being tried: an older starving gang's drain takes
-    its nodes (``starvation.drain`` gives a younger overlapping drain back), or it lapses.
-    kube-scheduler keeps counting a stale nomination, and a gang planned on those nodes found
-    them full until its timeout (the ``gangs`` run of 2026-12-07). So each pass puts every gated
-    member's nomination where its drain is now, or clears it, though its gang is not due."""
+def drained():
+    """A gated gang of 2 x 8 GPUs past its starvation bound: each member nominated to its drain's
+    node (``binder.nominated``, member -> node)."""
     ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)))
     for p in gang("g", 2, 8, annotations={"railyard.io/min-member": "2"}, **GATED):
         ext.pod_upserted(p)
     ext.release_gangs(wait=0)
     ext.clock.now += 61
     ext.release_gangs(wait=0)
-    drained = list(binder.nominated)
-    assert len(drained) == 2 and all(node for _, node in drained)
+    assert len(binder.nominated) == 2 and all(node for _, node in binder.nominated)
+    return ext, binder
+
+
+def test_a_drain_that_moves_without_its_gang_takes_its_nominations_along_at_the_next_pass():
+    """A drain moves or goes without its gang being tried: an older starving gang's drain takes
+    its nodes (``starvation.drain`` gives a younger overlapping drain back), or it lapses.
+    kube-scheduler keeps counting a stale nomination, and a gang planned on those nodes found
+    them full until its timeout (the ``gangs`` run of 2026-12-07). So each pass puts every gated
+    member's nomination where its drain is now, or clears it, though its gang is not due."""
+    ext, binder = drained()
+    nominated = list(binder.nominated)
     with ext.ctx.cond:  # as an older gang's drain takes these nodes
         ext.ctx.state.release("ml/g#drain")
     ext.clock.now += 1  # the gang is not due: its next try is half a bound after the last
     assert ext.release_gangs(wait=0) == 0
-    assert binder.nominated[2:] == [(key, "") for key, _ in drained]
+    assert binder.nominated[2:] == [(key, "") for key, _ in nominated]
     assert ext.release_gangs(wait=0) == 0 and len(binder.nominated) == 4  # written once
 
 
@@ -242,15 +249,8 @@ def test_a_drain_member_is_not_nominated_where_another_gangs_plan_holds_gpus():
     gated member nominated there is counted by kube-scheduler before the planned member, which
     then never reaches railyard and its gang times out at bind (the ``gangs`` run of 2026-12-07
     at 8e78583: 16 of a 128-pod gang's members). The nomination waits until the plan is gone."""
-    ext, binder = extender(settings=Settings(gangs=GangSettings(settle_seconds=0, starvation_seconds=60)))
-    for p in gang("g", 2, 8, annotations={"railyard.io/min-member": "2"}, **GATED):
-        ext.pod_upserted(p)
-    ext.release_gangs(wait=0)
-    ext.clock.now += 61
-    ext.release_gangs(wait=0)
-    drained = dict(binder.nominated)
-    assert len(drained) == 2 and all(drained.values())
-    (first, node), (second, other) = sorted(drained.items())
+    ext, binder = drained()
+    (first, node), (second, other) = sorted(binder.nominated)
     with ext.ctx.cond:  # another gang planned on the first member's drain node, not bound yet
         ext.ctx.state.reserve(Reservation("ml/p", (Slot("ml/p-0", node, 8),), ext.clock.now + 60))
     ext.clock.now += 1
