@@ -46,7 +46,7 @@ from extender.service.preemption import GangPreemption, Job
 
 log = logging.getLogger("railyard.release")
 
-Reserve = Callable[[GangRecord, PodFacts, list[str], float], None]
+Reserve = Callable[[GangRecord, PodFacts, list[str], float], bool]
 SWEEP_SECONDS = 0.5
 """The most often every gated gang is planned again after GPUs freed (each plan is made under the
 service lock, taken for one gang at a time, which filter and bind calls wait for); a new gated
@@ -174,14 +174,14 @@ class GangRelease:
         for gang in sorted(gangs):
             # The lock one gang at a time: a filter or bind call waits for one plan, not a sweep's.
             with ctx.cond:
-                released, job = self._decide(gang, now)
-                ctx.changed()
+                released, job, acted = self._decide(gang, now)
+                if acted:
+                    ctx.changed()
             lifts += released
             jobs += job
             time.sleep(0)  # a thread waiting for the lock takes it now
         with ctx.cond:
             nominations = self._drain_nominations()
-            ctx.changed()
         self.preemption.start(jobs)
         assert ctx.ports.gates is not None
         if nominations:
@@ -245,9 +245,10 @@ class GangRelease:
                     out.append((ref, node))
         return out
 
-    def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job]]:
-        """The gang's gated members to release, each with its planned node, and the preemption
-        jobs to start; plans the gang first if it has no plan."""
+    def _decide(self, gang: str, now: float) -> tuple[list[tuple[PodRef, str]], list[Job], bool]:
+        """The gang's gated members to release, each with its planned node, the preemption jobs
+        to start, and whether the book may have changed (bind calls then look again); plans the
+        gang first if it has no plan."""
         ctx = self.ctx
         gated = self._gated.get(gang, {})
         members = sorted((p for k in gated if (p := ctx.pods.pending_pod(k)) is not None and p.gated),
@@ -258,7 +259,7 @@ class GangRelease:
         if not members:
             self._gated.pop(gang, None)
             self._timers.pop(gang, None)
-            return [], []
+            return [], [], False
         held = [p for p in members if p.held_by]
         if held:
             # Another component decides first (Kueue admits by quota, then lifts its gate): a
@@ -267,32 +268,37 @@ class GangRelease:
             reason = verdicts.held_by_others(gang, len(held), len(members), gates)
             for pod in members:
                 ctx.ports.events.event(pod, "GangWaiting", reason, "Normal")
-            return [], []
+            return [], [], False
         rec = ctx.book.record(gang, now)
         first = members[0]
         ctx.book.prepare(rec, first.key)
         jobs: list[Job] = []
         if rec.phase == Phase.PENDING:
             try:
-                self.reserve(rec, first, list(ctx.state.topology.names), now)
+                planned = self.reserve(rec, first, list(ctx.state.topology.names), now)
             except Settling:
                 self._retry = True  # its size settles with time: the next pass looks again
                 for pod in members:
                     ctx.ports.events.event(pod, "GangWaiting", rec.reason, "Normal")
-                return [], []
+                return [], [], True
             except Preferring:
                 # It waits for a domain of its preferred level, holding nothing (``reserve`` said
                 # so in a GangPreferring Event): a domain freeing or its wait ending, the next
                 # passes look again.
                 self._retry = True
-                return [], []
+                return [], [], True
+            if not planned:
+                # Its last plan, which found no room, stands (nothing it reads changed, or no
+                # domain has the GPUs at all): its reason was told, its victims looked for then.
+                self._time(rec, now)
+                return [], [], False
             if rec.phase == Phase.PENDING:
                 jobs = self.preemption.member(rec, first, now)
         if rec.phase not in HOLDING:
             for pod in members:
                 ctx.ports.events.event(pod, "GangUnschedulable", rec.reason)
             self._time(rec, now)
-            return [], jobs
+            return [], jobs, True
         del self._gated[gang]
         self._timers.pop(gang, None)
         out = []
@@ -302,4 +308,4 @@ class GangRelease:
                 ctx.book.steer(rec, pod, names)  # a member created after planning takes its slot, as at filter
             slot = ctx.state.slot_of(pod.key)
             out.append((pod.ref, slot.node if slot is not None else ""))
-        return out, jobs
+        return out, jobs, True

@@ -93,9 +93,10 @@ class Verbs:
         finally:
             ctx.cond.release()
 
-    def reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> None:
+    def reserve(self, rec: GangRecord, pod: PodFacts, node_names: list[str], now: float) -> bool:
         """Plan a PENDING gang for ``pod`` among ``node_names`` (what kube-scheduler sent; every
-        node when ``service.release`` plans a gated gang), or raise Settling."""
+        node when ``service.release`` plans a gated gang), or raise Settling. False: its last
+        plan, which found no room, stands (``GangBook.reserve``)."""
         ctx = self.ctx
         spec, _, running = ctx.request(rec, pod)
         wait = ctx.unsettled(spec, now)
@@ -110,12 +111,14 @@ class Verbs:
         sent = set(node_names)
         refused = [n for n in topo.names if n not in sent] if len(sent) < len(topo.names) else []
         homes = home_domains(topo, spec, home_nodes(spec, [(p.key, p.node) for p in running]))
-        if ctx.book.reserve(rec, spec, now, refused, homes):
+        planned = ctx.book.reserve(rec, spec, now, refused, homes)
+        if planned:
             ctx.ports.observer.plan_seconds(time.perf_counter() - started)
         if rec.preferring_until is not None:
             if not ctx.pods.unshown_pod(pod.key):
                 ctx.ports.events.event(pod, "GangPreferring", rec.reason, "Normal")
             raise Preferring(rec.reason)
+        return planned
 
     def prioritize(self, pod: PodFacts, node_names: list[str]) -> list[tuple[str, int]]:
         ctx = self.ctx

@@ -101,6 +101,32 @@ def test_a_gang_that_does_not_fit_stays_gated_with_its_reason_until_gpus_free_up
     assert sorted(node for _, node in binder.released) == ["h5", "h6"]
 
 
+def test_a_pass_whose_plan_stands_plans_tells_and_wakes_nothing_again():
+    """GPUs free where they cannot make room (every NVLink domain keeps one node with 8 free):
+    the gang's last plan stands; no Event is repeated and no bind call is woken to look again."""
+    ext, binder = extender()
+    pods = gang("g", 2, 8, annotations={"railyard.io/min-member": "2", "railyard.io/required-topology": "nvlink"},
+                **GATED)
+    for p in pods:
+        ext.pod_upserted(p)
+    assert ext.release_gangs(wait=0) == 0
+    told, wakes = len(binder.told), []
+    changed = ext.ctx.changed
+    ext.ctx.changed = lambda wake=True: (wakes.append(wake), changed(wake))
+    filler = next(p for p in topotext.load(DRAWING).filler_pods() if p["spec"]["nodeName"] == "h4")
+    ext.pod_deleted(filler)  # h4: 8 free, beside h3 with none
+    ext.clock.now += 1
+    wakes.clear()
+    assert ext.release_gangs(wait=0) == 0
+    assert len(binder.told) == told and True not in wakes
+    ext.clock.now += 5  # its numbers 5 s old: planned again, and told
+    ext.pod_upserted(pod("other", 1, node="h1"))
+    ext.release._retry = True
+    wakes.clear()
+    assert ext.release_gangs(wait=0) == 0
+    assert binder.told[told:] == binder.told[:told] and True in wakes  # CannotPreempt, GangUnschedulable
+
+
 def test_members_without_railyards_gate_are_left_alone():
     ext, binder = extender()
     for p in gang("open", 2, 1, annotations={"railyard.io/min-member": "2"}):  # no gate

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from extender import topotext
 from extender.adapters.metrics import Metrics
-from extender.core.gangs.book import REPLAN_SECONDS
+from extender.core.gangs.book import REPLAN_SECONDS, SHORT_OF_ROOM_SECONDS
 from extender.core.gangs.starvation import DRAIN
 from extender.settings import GangSettings, Settings
 from tests.service.test_live import Clock, Extender, MemoryBinder
@@ -70,7 +70,8 @@ def finish(ext, p):
 
 def test_members_retried_after_one_change_share_one_plan_a_change_or_time_plans_again():
     """kube-scheduler retries every member of a gang that lost its plan after each change of the
-    cluster: the first one's plan answers the others, until something the plan reads changes."""
+    cluster: the first one's plan answers the others, until something the plan reads changes;
+    while no domain has the free GPUs at all, until GPUs free or its numbers are 5 s old."""
     ext, clock, running = cluster(starvation=0)
     metrics = Metrics(CollectorRegistry())
     ext.ctx.ports = dataclasses.replace(ext.ctx.ports, observer=metrics)
@@ -92,12 +93,42 @@ def test_members_retried_after_one_change_share_one_plan_a_change_or_time_plans_
     assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 3
     assert ext.filter(second, sent(BUSY)).node_names == () and plans() == 3
     clock.now += REPLAN_SECONDS
-    assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 4, "time the plan reads moved"
+    ext.pod_upserted(pod("lone-2", 1, node="a2"))
+    assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 3, "GPUs taken: still no room"
+    assert ext.debug_gangs()[0].reason == reason
+    clock.now += SHORT_OF_ROOM_SECONDS - REPLAN_SECONDS
+    assert ext.filter(first, sent(BUSY)).node_names == () and plans() == 4, "its numbers 5 s old"
 
-    ext.pod_deleted(pod("lone", 1, node="b2"))
+    # GPUs free where the gang still cannot go (kube-scheduler left b2 out): a plan each change.
+    for p in (pod("lone", 1, node="b2"), pod("lone-2", 1, node="a2")):
+        ext.pod_deleted(p)
+    finish(ext, running[1])
+    assert ext.filter(first, sent({"a1", "b2"})).node_names == () and plans() == 5
+    ext.pod_upserted(pod("lone-3", 1, node="a2"))
+    assert ext.filter(first, sent({"a1", "b2"})).node_names == () and plans() == 6, "room on b1, b2 counted"
+
+    ext.pod_deleted(pod("lone-3", 1, node="a2"))
     finish(ext, running[0])
     assert sorted(n for p in members for n in ext.filter(p, sent({"b1"})).node_names) == ["a1", "a2"]
-    assert plans() == 5
+    assert plans() == 7
+
+
+def test_the_starvation_bound_and_the_drains_hold_are_not_late_while_a_gang_lacks_room():
+    """A gang that lacks room is not planned again on every change for 5 s, but its drain begins
+    at the bound, and is held again before half its hold runs out (a bound of 4 s here)."""
+    ext, clock, _ = cluster(starvation=4)
+    members = big()
+    assert planned(ext, members) == []
+    clock.now += 4.5
+    ext.pod_upserted(pod("lone", 1, node="b2"))
+    assert planned(ext, members) == []
+    assert ext.ctx.state.reservations()[f"ml/big{DRAIN}"].deadline == clock.now + 4, "drained at the bound"
+    for step in range(8):  # something changes every second
+        clock.now += 1
+        ext.pod_upserted(pod("lone", 1 + step % 2, node="b2"))
+        assert planned(ext, members) == []
+        drain = ext.ctx.state.reservations().get(f"ml/big{DRAIN}")
+        assert drain is not None and drain.deadline - clock.now >= 2, (step, drain)
 
 
 def test_without_the_bound_a_later_small_gang_takes_the_gpus_a_starving_gang_waits_for():

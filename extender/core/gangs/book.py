@@ -35,8 +35,9 @@ from typing import Callable, Collection, Sequence
 from extender.core import verdicts
 from extender.core.gangs import patience, starvation, warm
 from extender.core.gangs.lifecycle import HOLDING, RESERVED, Event, Phase, next_phase
-from extender.core.gangs.record import BOUND, FAILED, TIMED_OUT, UNRESERVED, GangRecord, Outcome
+from extender.core.gangs.record import BOUND, FAILED, TIMED_OUT, UNRESERVED, GangRecord, Outcome, Tried
 from extender.core.model import BLOCKING_EFFECTS, GangSpec, NodeFacts, PodFacts, tolerates_all
+from extender.core.placement import capacity
 from extender.core.placement.address import kept_seat
 from extender.core.placement.homes import plan_near
 from extender.core.placement.planner import NoPlacement, Placement, named_slot
@@ -55,6 +56,13 @@ REPLAN_SECONDS = 0.5
 """A gang that found no room is not planned again within this long unless the cluster, its
 request or the nodes kube-scheduler refused changed: the retries of its members that follow one
 change (kube-scheduler tries each of them in turn) read the reason of the first one's plan."""
+
+SHORT_OF_ROOM_SECONDS = 5.0
+"""Nor within this long, whatever changed, while the cluster's free GPUs cannot hold its request
+(``capacity.lacks_room``) and no step of its starvation is due: every pod that ends somewhere
+in a busy cluster would have each waiting gang planned in full again, under the service lock
+(the ``gangs`` run: 2,000 such plans of 2-10 ms each, which filter calls waited behind). Its
+reason's numbers are at most this old."""
 
 @dataclass(frozen=True)
 class Allow:
@@ -164,15 +172,15 @@ class GangBook:
     def reserve(self, rec: GangRecord, spec: GangSpec, now: float, refused: Collection[str] = (),
                 homes: Sequence[Domain] = (), view: View | None = None) -> bool:
         """Plan the gang (PENDING) and reserve its slots, or keep the reason it has none. False:
-        not planned, as it found no room less than ``REPLAN_SECONDS`` ago on the same cluster.
+        not planned, as its last plan found no room and stands (``_stands``).
 
         ``refused``: nodes kube-scheduler's filters left out for the planning member; nodes
         refused for the gang before are left out too. ``homes``: for a new round of a running
         gang, the domains it may use, nearest first (the first that holds it wins). ``view``:
         plan on this instead of the state's (a preemptor, on the state without its victims)."""
         refused = {*refused, *rec.refused}
-        if view is None and rec.tried is not None and now < rec.tried[1] and \
-                rec.tried[0] == (self.state.writes, spec, refused, tuple(homes)):
+        request = (spec, refused, tuple(homes))
+        if view is None and self._stands(rec, spec, request, now):
             return False
         rec.tried = None
         drain = self.state.release(rec.key + starvation.DRAIN)  # the gang's own drain: room for its plan
@@ -220,7 +228,7 @@ class GangBook:
                 rec.reason += starvation.drain(self.state, rec, spec, self.starvation_seconds, homes, now, drain,
                                                lambda g: self._gangs.get(g))
                 if not preempting:
-                    rec.tried = (self.state.writes, spec, refused, tuple(homes)), now + REPLAN_SECONDS
+                    rec.tried = Tried(self.state.writes, request, now)
             self._step(rec, Event.INVALID if result.invalid else Event.UNPLACEABLE)
             if rec.phase == Phase.REJECTED:
                 self.observer.gang_finished("rejected")
@@ -255,6 +263,24 @@ class GangBook:
         self._step(rec, Event.PLANNED)
         self._report()
         return True
+
+    def _stands(self, rec: GangRecord, spec: GangSpec, request: tuple[object, ...], now: float) -> bool:
+        """Whether the gang's last plan, which found no room, answers for one made now with the
+        same request: on the same cluster within ``REPLAN_SECONDS``; or within
+        ``SHORT_OF_ROOM_SECONDS`` while the cluster's free GPUs, its own drain's counted, cannot
+        hold it, unless a step of its starvation is due (the bound passed and it holds no
+        drain; its drain's hold is half run out)."""
+        tried = rec.tried
+        if tried is None or tried.request != request:
+            return False
+        if tried.writes == self.state.writes and now < tried.at + REPLAN_SECONDS:
+            return True
+        if now >= tried.at + SHORT_OF_ROOM_SECONDS:
+            return False
+        drain = self.state.reservation(rec.key + starvation.DRAIN)
+        if starvation.due(rec, drain, self.starvation_seconds, now):
+            return False
+        return capacity.lacks_room(spec, self.state.view(), starvation.held(drain))
 
     def _await_drain(self, rec: GangRecord, spec: GangSpec, view: View, drain: Reservation, wider: Placement,
                      homes: Sequence[Domain], now: float, left: float) -> None:

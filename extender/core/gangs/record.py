@@ -25,6 +25,17 @@ class Outcome:
 
 
 
+@dataclass(frozen=True)
+class Tried:
+    """A plan that found no room: what it read, and when."""
+
+    writes: int
+    """The cluster's ``ClusterState.writes`` then."""
+    request: tuple[object, ...]
+    """The request, the nodes left out, the homes."""
+    at: float
+
+
 @dataclass
 class GangRecord:
     """A gang as the book tracks it."""
@@ -75,9 +86,8 @@ class GangRecord:
     preferred_wait_seconds``); kept across rounds, cleared once it is bound."""
     ran: bool = False
     """A pod of its last bound round was seen running (``end_claims``: the watch caught up)."""
-    tried: tuple[tuple[object, ...], float] | None = None
-    """Its last plan found no room: (what that plan read: the cluster's ``writes``, the request,
-    the refused nodes, the homes; until when it stands for a plan made again: ``REPLAN_SECONDS``)."""
+    tried: Tried | None = None
+    """Its last plan, when it found no room (``GangBook.reserve`` may let it stand for the next)."""
     preferring_until: float | None = None
     """Set by its last plan attempt while it waits by choice: a wider domain holds it, its
     preferred level's do not, and its wait runs until then. None: it does not wait by choice."""

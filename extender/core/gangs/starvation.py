@@ -147,6 +147,25 @@ def drain(state: ClusterState, rec: Any, spec: GangSpec, bound: float, homes: Se
     return "; " + verdicts.draining(gang, waited, bound, nodes, sum(s.gpus for s in slots))
 
 
+def due(rec: Any, drain: Reservation | None, bound: float, now: float) -> bool:
+    """Whether a step of the gang's starvation is due, which only a plan takes: its bound has
+    passed and it holds no drain, or its drain's hold is half run out (a drain lapses at its
+    deadline unless the gang's plan holds it again)."""
+    if not bound or rec.unplaced_since is None:
+        return False
+    if drain is None:
+        return bool(now - rec.unplaced_since >= bound)
+    return drain.deadline - now < bound / 2
+
+
+def held(drain: Reservation | None) -> dict[str, int]:
+    """GPUs per node the drain holds."""
+    out: dict[str, int] = {}
+    for s in drain.slots if drain is not None else ():
+        out[s.node] = out.get(s.node, 0) + s.gpus
+    return out
+
+
 def _gpus(state: ClusterState, name: str) -> int:
     node = state.node(name)
     assert node is not None  # every node of the tree is one of the state's

@@ -7,6 +7,7 @@
     levels.py       the levels a gang's request names and where it may land, per pool of a
                     cluster with several fabrics.
     planner.py      whole-gang placement: the narrowest level, best fit, ranks in order.
+    capacity.py     whether a gang's request exceeds the free GPUs at all: one pass, no plan.
     homes.py        where a running gang's new round (replacements) is planned first.
     address.py      where each planned member sits: rank, slice, domain per level, rails.
 """

@@ -8,8 +8,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from extender.core.model import Eligibility, GangSpec, Level, Member, NodeFacts, PodUsage
+from extender.core.gangs.starvation import DRAIN
+from extender.core.placement.capacity import lacks_room
 from extender.core.placement.planner import NoPlacement, Placement, plan
-from extender.core.cluster.state import ClusterState, Reservation
+from extender.core.cluster.state import ClusterState, Reservation, Slot
 from extender.core.cluster.topology import Topology
 
 LEVELS = (Level("block", "block"), Level("rack", "rack"))
@@ -116,6 +118,22 @@ def test_planner_matches_brute_force(cluster, gang):
         assert result.level >= topo.level_index(gang.required)
     # Every member got exactly one slot of its size.
     assert sorted((s.member, s.gpus) for s in result.slots) == sorted((m.key, m.gpus) for m in gang.members)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), gangs(), st.data())
+def test_a_gang_found_short_of_room_has_no_placement_by_brute_force(cluster, gang, data):
+    """``capacity.lacks_room`` is a necessary condition: never True for a gang brute force
+    places, its own drain counted free (its plan gives the drain back first)."""
+    state = build(*cluster)
+    drained = data.draw(st.lists(st.sampled_from(state.topology.names), max_size=3, unique=True))
+    slots = tuple(Slot(f"ml/p{i}{DRAIN}", n, data.draw(st.integers(1, 4))) for i, n in enumerate(drained))
+    state.reserve(Reservation(f"ml/g{DRAIN}", slots, float("inf")))
+    short = lacks_room(gang, state.view(), {s.node: s.gpus for s in slots})
+    state.release(f"ml/g{DRAIN}")
+    event(f"short of room: {short}")
+    if short:
+        assert narrowest_feasible(state, gang) is None
 
 
 @settings(max_examples=200, deadline=None)
