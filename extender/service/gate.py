@@ -74,7 +74,7 @@ class PermitGate:
         if not ctx.cond.acquire(blocking=False):
             return None
         try:
-            if ctx.rounds.partial():
+            if ctx.rounds.any_partial():
                 return None
             ctx.tick()
             pod = ctx.pods.seen_pod(key) or ctx.pods.pending_pod(key)

@@ -21,6 +21,10 @@ class Recovery:
 
     def run(self) -> None:
         ctx = self.ctx
+        if not ctx.rounds.any_partial():
+            # Asked without the lock, which every filter and bind call would otherwise take twice:
+            # a round the watch shows partly bound after this is finished at the next call.
+            return
         with ctx.cond:
             if not ctx.rounds.partial():
                 return

@@ -89,7 +89,7 @@ class Verbs:
         if not ctx.cond.acquire(blocking=False):
             return None
         try:  # held across filter (re-entrant): nothing can make recovery due in between
-            return None if ctx.rounds.partial() else self.filter(pod, node_names)
+            return None if ctx.rounds.any_partial() else self.filter(pod, node_names)
         finally:
             ctx.cond.release()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import threading
 
 from extender import topotext
 from extender.core.gangs.recovery import Complete, Rounds, Undo, decide
@@ -89,6 +90,48 @@ def test_a_round_left_half_bound_is_completed_after_the_grace():
     assert binder.deleted == []
     assert ("GangCompleted", "gang ml/g: finished a Binding round its extender had left at 2/4 members bound: "
             "bound the other 2 to their planned nodes (h3, h5)") in binder.events
+
+
+class CountingLock:
+    """The service lock, counting how often it is taken from outside (re-entries not counted)."""
+
+    def __init__(self):
+        self.lock, self.taken, self.depth = threading.RLock(), 0, 0
+
+    def acquire(self, blocking=True, timeout=-1):
+        ok = self.lock.acquire(blocking, timeout)
+        if ok:
+            self.depth += 1
+            self.taken += self.depth == 1
+        return ok
+
+    __enter__ = acquire
+
+    def release(self):
+        self.depth -= 1
+        self.lock.release()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def test_with_no_round_partly_bound_a_verb_takes_the_lock_once():
+    """The recovery check reads without the lock: under contention each take is a wait."""
+    ext, binder, clock = restarted()
+    ext.ctx.cond = threading.Condition(counting := CountingLock())
+    members = gang("g", 2, 8, annotations={"railyard.io/min-member": "2"})
+    for p in members:
+        ext.pod_upserted(p)
+    before = counting.taken
+    ext.filter(members[0], NODES)
+    assert counting.taken == before + 1
+    seen = [marked(p, "r1", n, 2, bound=i < 1) for i, (p, n) in enumerate(zip(members, ["h1", "h2"]))]
+    for p in seen:
+        ext.pod_upserted(p)
+    assert ext.ctx.rounds.partial() == ["ml/g@r1"]
+    before = counting.taken
+    ext.filter(pod("solo", 1), NODES)
+    assert counting.taken == before + 2, "a round partly bound: recovery looks under the lock first"
 
 
 def test_a_round_whose_planned_node_is_taken_is_undone_with_numbers():

@@ -91,6 +91,11 @@ class Rounds:
     def partial(self) -> list[str]:
         return sorted(self._partial)
 
+    def any_partial(self) -> bool:
+        """Whether some round is partly bound: one read, so a caller may ask without the lock
+        (an answer a moment old is the next call's to act on)."""
+        return bool(self._partial)
+
     def members(self, round_: str) -> dict[str, PodFacts]:
         return dict(self._members.get(round_, {}))
 
