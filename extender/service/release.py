@@ -48,9 +48,10 @@ log = logging.getLogger("railyard.release")
 
 Reserve = Callable[[GangRecord, PodFacts, list[str], float], bool]
 SWEEP_SECONDS = 0.5
-"""The most often every gated gang is planned again after GPUs freed (each plan is made under the
-service lock, taken for one gang at a time, which filter and bind calls wait for); a new gated
-member is looked at at once."""
+"""The most often every gated gang is tried again after GPUs freed (each plan is made under the
+service lock, taken for one gang at a time, which filter and bind calls wait for; a gang the free
+GPUs cannot hold keeps its last plan's answer, ``GangBook.reserve``); a new gated member is looked
+at at once."""
 
 
 class Cache(Protocol):

@@ -61,7 +61,7 @@ SHORT_OF_ROOM_SECONDS = 5.0
 """Nor within this long, whatever changed, while the cluster's free GPUs cannot hold its request
 (``capacity.lacks_room``) and no step of its starvation is due: every pod that ends somewhere
 in a busy cluster would have each waiting gang planned in full again, under the service lock
-(the ``gangs`` run: 2,000 such plans of 2-10 ms each, which filter calls waited behind). Its
+(the ``gangs`` run: 2,600 plans of 2-10 ms each, which filter calls waited behind). Its
 reason's numbers are at most this old."""
 
 @dataclass(frozen=True)
