@@ -26,7 +26,7 @@ class Recovery:
             # a round the watch shows partly bound after this is finished at the next call.
             return
         with ctx.cond:
-            if not ctx.rounds.partial():
+            if not ctx.rounds.any_partial():
                 return
             actions: list[Complete | Undo] = []
             for round_, gang, members in ctx.rounds.due(ctx.clock(), ctx.settings.gangs.recovery_grace_seconds,

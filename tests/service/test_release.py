@@ -120,8 +120,8 @@ def test_a_pass_whose_plan_stands_plans_tells_and_wakes_nothing_again():
     assert ext.release_gangs(wait=0) == 0
     assert len(binder.told) == told and True not in wakes
     ext.clock.now += 5  # its numbers 5 s old: planned again, and told
-    ext.pod_upserted(pod("other", 1, node="h1"))
-    ext.release._retry = True
+    filler = next(p for p in topotext.load(DRAWING).filler_pods() if p["spec"]["nodeName"] == "h1")
+    ext.pod_deleted(filler)  # h1: 8 free, beside h2 with none
     wakes.clear()
     assert ext.release_gangs(wait=0) == 0
     assert binder.told[told:] == binder.told[:told] and True in wakes  # CannotPreempt, GangUnschedulable
